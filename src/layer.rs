@@ -1,0 +1,118 @@
+use std::sync::Arc;
+use std::time::Duration;
+
+use tower_layer::Layer;
+
+use crate::policy::{Config, Policy};
+use crate::service::DrainOnDrop;
+use crate::stats::DrainStats;
+
+/// Wraps a client service in [`DrainOnDrop`]: response bodies dropped before
+/// their end are drained in the background so the connection can be pooled.
+///
+/// The layer holds configuration and a [`DrainStats`] handle. Clones of the
+/// layer, and every service built from it, share those counters.
+///
+/// ```
+/// use std::time::Duration;
+/// use drain_on_drop::DrainOnDropLayer;
+///
+/// let layer = DrainOnDropLayer::new()
+///     .max_bytes(1024 * 1024)
+///     .max_time(Duration::from_millis(200));
+/// let stats = layer.stats();
+/// assert_eq!(stats.snapshot().drained, 0);
+/// ```
+#[derive(Clone, Debug)]
+pub struct DrainOnDropLayer {
+    policy: Arc<Policy>,
+}
+
+impl DrainOnDropLayer {
+    /// A layer with the default budgets: 256 KiB and 50 ms (Go 1.27's
+    /// choice), and at most 1024 drains running at once.
+    pub fn new() -> Self {
+        DrainOnDropLayer {
+            policy: Arc::new(Policy {
+                config: Config::DEFAULT,
+                stats: DrainStats::default(),
+            }),
+        }
+    }
+
+    fn config(mut self, f: impl FnOnce(&mut Config)) -> Self {
+        f(&mut Arc::make_mut(&mut self.policy).config);
+        self
+    }
+
+    /// Byte budget: the most data bytes one drain reads. A body whose
+    /// remaining length is known and larger is not drained at all; a body of
+    /// unknown length that turns out larger is abandoned once the budget is
+    /// spent. Either way hyper closes that connection.
+    ///
+    /// `0` disables draining. Default is 256 KiB (262,144 bytes).
+    ///
+    /// ```
+    /// # use drain_on_drop::DrainOnDropLayer;
+    /// // Drain error pages and small JSON replies, never downloads.
+    /// let layer = DrainOnDropLayer::new().max_bytes(64 * 1024);
+    /// ```
+    pub fn max_bytes(self, max_bytes: u64) -> Self {
+        self.config(|c| c.max_bytes = max_bytes)
+    }
+
+    /// Time budget: a drain is abandoned this long after the body was
+    /// dropped, whatever the server does (stalls, trickles, never ends).
+    ///
+    /// Zero disables draining. Default is 50 ms.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use drain_on_drop::DrainOnDropLayer;
+    /// // A far origin where a new TLS connection costs 300 ms.
+    /// let layer = DrainOnDropLayer::new().max_time(Duration::from_millis(250));
+    /// ```
+    pub fn max_time(self, max_time: Duration) -> Self {
+        self.config(|c| c.max_time = max_time)
+    }
+
+    /// The most drains running at once, across every service built from this
+    /// layer. A body dropped while that many drains run is not drained
+    /// (counted as skipped), so a flood of early drops cannot grow background
+    /// work without bound.
+    ///
+    /// A drain lasts at most `max_time`, so the number running is about the
+    /// rate of early drops times their drain time: 10,000 drops a second of
+    /// bodies that stall for the whole 50 ms default is 500. Each running
+    /// drain holds one connection (which hyper would otherwise close) and a
+    /// small task. `0` disables draining. Default is 1024.
+    ///
+    /// ```
+    /// # use drain_on_drop::DrainOnDropLayer;
+    /// let layer = DrainOnDropLayer::new().max_concurrent_drains(64);
+    /// ```
+    pub fn max_concurrent_drains(self, max: usize) -> Self {
+        self.config(|c| c.max_concurrent_drains = max)
+    }
+
+    /// The counters shared by this layer, its clones and every service built
+    /// from them.
+    pub fn stats(&self) -> DrainStats {
+        self.policy.stats.clone()
+    }
+}
+
+impl Default for DrainOnDropLayer {
+    /// Same as [`DrainOnDropLayer::new`].
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<S> Layer<S> for DrainOnDropLayer {
+    type Service = DrainOnDrop<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        DrainOnDrop::from_policy(inner, self.policy.clone())
+    }
+}

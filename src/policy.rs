@@ -1,0 +1,222 @@
+//! The one place that decides whether an early drop is drained.
+//!
+//! Two moments feed the decision. When the response head arrives,
+//! [`inspect`] reads the request and response headers once and notes any
+//! reason the connection cannot be reused whatever we do. When the body is
+//! dropped before its end, [`Policy::decide`] adds what is known then (the
+//! remaining length, the runtime, the number of drains running) and returns
+//! either a reason to skip or a budget and a permit to drain.
+
+use std::time::Duration;
+
+use http::header::{CONNECTION, CONTENT_LENGTH, TRANSFER_ENCODING};
+use http::{HeaderMap, Version};
+use http_body::SizeHint;
+use tokio::runtime::Handle;
+use tokio::time::Instant;
+
+use crate::stats::{DrainPermit, DrainStats, SkipReason};
+
+/// The layer's settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Config {
+    pub(crate) max_bytes: u64,
+    pub(crate) max_time: Duration,
+    pub(crate) max_concurrent_drains: usize,
+}
+
+impl Config {
+    pub(crate) const DEFAULT: Config = Config {
+        max_bytes: 256 * 1024,
+        max_time: Duration::from_millis(50),
+        max_concurrent_drains: 1024,
+    };
+}
+
+/// Settings plus the counters they report into; shared by the services built
+/// from one layer and by every body they return.
+#[derive(Clone, Debug)]
+pub(crate) struct Policy {
+    pub(crate) config: Config,
+    pub(crate) stats: DrainStats,
+}
+
+/// What a drain may spend.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Budget {
+    pub(crate) max_bytes: u64,
+    /// `None` when `max_time` is too large to be represented as an instant.
+    pub(crate) deadline: Option<Instant>,
+}
+
+pub(crate) enum Decision {
+    Skip(SkipReason),
+    /// Drain on this runtime, within this budget, holding this slot.
+    Drain(Handle, Budget, DrainPermit),
+}
+
+impl Policy {
+    /// Decides what to do with a body dropped before its end.
+    ///
+    /// `head` is what [`inspect`] found when the response arrived,
+    /// `remaining` the body's size hint at the drop, `runtime` the handle
+    /// captured when the response arrived.
+    pub(crate) fn decide(
+        &self,
+        head: Option<SkipReason>,
+        remaining: SizeHint,
+        runtime: Option<Handle>,
+    ) -> Decision {
+        let Config {
+            max_bytes,
+            max_time,
+            max_concurrent_drains,
+        } = self.config;
+        if max_bytes == 0 || max_time.is_zero() {
+            return Decision::Skip(SkipReason::Disabled);
+        }
+        if let Some(reason) = head {
+            return Decision::Skip(reason);
+        }
+        // A body that must be longer than the budget is not worth a single
+        // read: Go and .NET skip it the same way.
+        if remaining.lower() > max_bytes {
+            return Decision::Skip(SkipReason::OverBudget);
+        }
+        let Some(runtime) = runtime else {
+            return Decision::Skip(SkipReason::NoRuntime);
+        };
+        let Some(permit) = self.stats.try_start(max_concurrent_drains) else {
+            return Decision::Skip(SkipReason::Saturated);
+        };
+        let budget = Budget {
+            max_bytes,
+            deadline: Instant::now().checked_add(max_time),
+        };
+        Decision::Drain(runtime, budget, permit)
+    }
+}
+
+/// Reads the response head (and whether the request asked to close) for a
+/// reason why this connection will not be reused, drained or not.
+pub(crate) fn inspect(request_close: bool, version: Version, headers: &HeaderMap) -> Option<SkipReason> {
+    if version >= Version::HTTP_2 {
+        return Some(SkipReason::Http2);
+    }
+    if request_close || has_token(headers, "close") {
+        return Some(SkipReason::ConnectionClose);
+    }
+    if version <= Version::HTTP_10 && !has_token(headers, "keep-alive") {
+        return Some(SkipReason::ConnectionClose);
+    }
+    if !headers.contains_key(CONTENT_LENGTH) && !is_chunked(headers) {
+        return Some(SkipReason::CloseDelimited);
+    }
+    None
+}
+
+/// Whether a request's headers ask for the connection to be closed.
+pub(crate) fn request_wants_close(headers: &HeaderMap) -> bool {
+    has_token(headers, "close")
+}
+
+/// Whether any `Connection` header lists `token` (case-insensitive).
+fn has_token(headers: &HeaderMap, token: &str) -> bool {
+    headers.get_all(CONNECTION).iter().any(|value| {
+        value
+            .to_str()
+            .is_ok_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
+    })
+}
+
+/// Whether the last transfer coding is `chunked`, as hyper requires.
+fn is_chunked(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(TRANSFER_ENCODING)
+        .iter()
+        .next_back()
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.rsplit(',').next())
+        .is_some_and(|t| t.trim().eq_ignore_ascii_case("chunked"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+
+    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.append(*name, HeaderValue::from_static(value));
+        }
+        map
+    }
+
+    #[test]
+    fn connection_tokens_are_matched_case_insensitively_in_any_header() {
+        let h = headers(&[("connection", "Upgrade"), ("connection", "foo, CLOSE")]);
+        assert_eq!(inspect(false, Version::HTTP_11, &h), Some(SkipReason::ConnectionClose));
+        let h = headers(&[("connection", "closed"), ("content-length", "3")]);
+        assert_eq!(inspect(false, Version::HTTP_11, &h), None, "'closed' is not 'close'");
+    }
+
+    #[test]
+    fn http10_needs_keep_alive() {
+        let h = headers(&[("content-length", "3")]);
+        assert_eq!(inspect(false, Version::HTTP_10, &h), Some(SkipReason::ConnectionClose));
+        let h = headers(&[("content-length", "3"), ("connection", "Keep-Alive")]);
+        assert_eq!(inspect(false, Version::HTTP_10, &h), None);
+    }
+
+    #[test]
+    fn framing_decides_close_delimited() {
+        let none = headers(&[]);
+        assert_eq!(inspect(false, Version::HTTP_11, &none), Some(SkipReason::CloseDelimited));
+        let chunked = headers(&[("transfer-encoding", "gzip, chunked")]);
+        assert_eq!(inspect(false, Version::HTTP_11, &chunked), None);
+        let not_last = headers(&[("transfer-encoding", "chunked, gzip")]);
+        assert_eq!(inspect(false, Version::HTTP_11, &not_last), Some(SkipReason::CloseDelimited));
+    }
+
+    #[test]
+    fn http2_and_request_close_skip() {
+        let h = headers(&[("content-length", "3")]);
+        assert_eq!(inspect(false, Version::HTTP_2, &h), Some(SkipReason::Http2));
+        assert_eq!(inspect(true, Version::HTTP_11, &h), Some(SkipReason::ConnectionClose));
+    }
+
+    #[tokio::test]
+    async fn budget_checks_come_in_order() {
+        let rt = || Some(Handle::current());
+        let policy = |max_bytes, max_time| Policy {
+            config: Config {
+                max_bytes,
+                max_time,
+                max_concurrent_drains: 1,
+            },
+            stats: DrainStats::default(),
+        };
+        let ms = Duration::from_millis;
+        let skip = |d: Decision| match d {
+            Decision::Skip(r) => Some(r),
+            Decision::Drain(..) => None,
+        };
+        let exact = SizeHint::with_exact;
+        assert_eq!(skip(policy(0, ms(50)).decide(None, exact(1), rt())), Some(SkipReason::Disabled));
+        assert_eq!(skip(policy(10, ms(0)).decide(None, exact(1), rt())), Some(SkipReason::Disabled));
+        assert_eq!(skip(policy(10, ms(50)).decide(None, exact(11), rt())), Some(SkipReason::OverBudget));
+        assert_eq!(skip(policy(10, ms(50)).decide(None, exact(10), None)), Some(SkipReason::NoRuntime));
+        let p = policy(10, ms(50));
+        let first = p.decide(None, exact(10), rt());
+        assert!(matches!(first, Decision::Drain(..)), "exactly the budget is drained");
+        assert_eq!(skip(p.decide(None, exact(1), rt())), Some(SkipReason::Saturated));
+        drop(first);
+        assert!(matches!(p.decide(None, exact(1), rt()), Decision::Drain(..)), "slot freed");
+        let huge = policy(10, Duration::MAX);
+        match huge.decide(None, SizeHint::new(), rt()) {
+            Decision::Drain(_, budget, _) => assert!(budget.deadline.is_none()),
+            Decision::Skip(r) => panic!("unexpected skip {r:?}"),
+        }
+    }
+}

@@ -1,0 +1,80 @@
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use http::{Request, Response};
+use http_body::Body;
+use tower_layer::Layer;
+use tower_service::Service;
+
+use crate::body::DrainBody;
+use crate::future::ResponseFuture;
+use crate::layer::DrainOnDropLayer;
+use crate::policy::{self, Policy};
+use crate::stats::DrainStats;
+
+/// Middleware that drains response bodies dropped before their end, so the
+/// HTTP/1 connection goes back to the pool. Built by [`DrainOnDropLayer`].
+///
+/// Responses come back with a [`DrainBody`] around the inner body; errors are
+/// the inner service's, unchanged.
+#[derive(Clone, Debug)]
+pub struct DrainOnDrop<S> {
+    inner: S,
+    policy: Arc<Policy>,
+}
+
+impl<S> DrainOnDrop<S> {
+    /// Wraps `inner` with the default budgets (see [`DrainOnDropLayer::new`]).
+    pub fn new(inner: S) -> Self {
+        DrainOnDropLayer::new().layer(inner)
+    }
+
+    /// Returns a new [`DrainOnDropLayer`] with the default budgets.
+    pub fn layer() -> DrainOnDropLayer {
+        DrainOnDropLayer::new()
+    }
+
+    pub(crate) fn from_policy(inner: S, policy: Arc<Policy>) -> Self {
+        DrainOnDrop { inner, policy }
+    }
+
+    /// The counters this service reports into (shared with its layer).
+    pub fn stats(&self) -> DrainStats {
+        self.policy.stats.clone()
+    }
+
+    /// Gets a reference to the inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// Gets a mutable reference to the inner service.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Consumes `self`, returning the inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for DrainOnDrop<S>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    ResBody: Body + Send + Unpin + 'static,
+{
+    type Response = Response<DrainBody<ResBody>>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S::Future>;
+
+    #[inline]
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
+        let request_close = policy::request_wants_close(req.headers());
+        ResponseFuture::new(self.inner.call(req), self.policy.clone(), request_close)
+    }
+}

@@ -1,0 +1,259 @@
+//! The one place that counts: shared counters, the in-flight permit, and the
+//! tracing event that reports every early drop's outcome.
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// Why an early drop was not drained at all.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SkipReason {
+    /// `max_bytes` or `max_time` is zero.
+    Disabled,
+    /// `Connection: close` on the request or the response, or an HTTP/1.0
+    /// response without keep-alive: the connection will not be reused anyway.
+    ConnectionClose,
+    /// An HTTP/1 body with neither `Content-Length` nor chunked framing: it
+    /// ends when the server closes the connection, which is never pooled.
+    CloseDelimited,
+    /// HTTP/2 or later: dropping the body resets one stream, the connection
+    /// survives on its own.
+    Http2,
+    /// The remaining length is known and larger than `max_bytes`.
+    OverBudget,
+    /// No tokio runtime was captured, or it shut down before the drain started.
+    NoRuntime,
+    /// `max_concurrent_drains` drains were already running.
+    Saturated,
+}
+
+impl SkipReason {
+    const ALL: [SkipReason; 7] = [
+        SkipReason::Disabled,
+        SkipReason::ConnectionClose,
+        SkipReason::CloseDelimited,
+        SkipReason::Http2,
+        SkipReason::OverBudget,
+        SkipReason::NoRuntime,
+        SkipReason::Saturated,
+    ];
+
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            SkipReason::Disabled => "disabled",
+            SkipReason::ConnectionClose => "connection_close",
+            SkipReason::CloseDelimited => "close_delimited",
+            SkipReason::Http2 => "http2",
+            SkipReason::OverBudget => "declared_over_budget",
+            SkipReason::NoRuntime => "no_runtime",
+            SkipReason::Saturated => "saturated",
+        }
+    }
+}
+
+/// How a started drain ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// The end of the body was reached; the connection can be pooled.
+    Drained,
+    /// More than `max_bytes` would have had to be read.
+    OverBytes,
+    /// `max_time` passed since the drop.
+    OverTime,
+    /// The runtime dropped the drain task before it ended (shutdown).
+    Cancelled,
+    /// The body returned an error (reset, malformed framing, early EOF).
+    Failed,
+}
+
+impl Outcome {
+    fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Drained => "drained",
+            Outcome::OverBytes => "abandoned_over_bytes",
+            Outcome::OverTime => "abandoned_over_time",
+            Outcome::Cancelled => "abandoned_cancelled",
+            Outcome::Failed => "failed",
+        }
+    }
+}
+
+#[derive(Default)]
+struct Counters {
+    drained: AtomicU64,
+    failed: AtomicU64,
+    bytes_drained: AtomicU64,
+    in_flight: AtomicU64,
+    over_bytes: AtomicU64,
+    over_time: AtomicU64,
+    cancelled: AtomicU64,
+    skipped: [AtomicU64; SkipReason::ALL.len()],
+}
+
+/// A cheap, cloneable handle on the counters of one [`DrainOnDropLayer`].
+///
+/// Every service built from the layer, and from its clones, counts into the
+/// same counters. Read them with [`snapshot`](Self::snapshot).
+///
+/// Every early drop (a body dropped before its end) is counted exactly once,
+/// in `drained`, `abandoned`, `skipped` or `failed`, when its outcome is known.
+/// Bodies read to their end are not counted at all.
+///
+/// [`DrainOnDropLayer`]: crate::DrainOnDropLayer
+#[derive(Clone, Default)]
+pub struct DrainStats {
+    counters: Arc<Counters>,
+}
+
+impl fmt::Debug for DrainStats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.snapshot(), f)
+    }
+}
+
+/// The counters of a [`DrainStats`] at one moment.
+///
+/// Fields are read one by one without a lock, so a snapshot taken while drains
+/// run may be off by the drains that ended during the read.
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DrainSnapshot {
+    /// Drains that reached the end of the body: the connection went back to
+    /// the pool (unless the server closed it).
+    pub drained: u64,
+    /// Drains given up: the byte budget or the time budget ran out, or the
+    /// runtime shut down while the drain ran. The connection was closed.
+    pub abandoned: u64,
+    /// Early drops for which no drain was started, whatever the reason
+    /// (disabled, `Connection: close`, HTTP/2, declared length over budget,
+    /// no runtime, too many drains running).
+    pub skipped: u64,
+    /// Drains that ended on a body error (reset, malformed framing, early
+    /// end of file). The connection was closed.
+    pub failed: u64,
+    /// Data bytes read and discarded by drains, whatever their outcome.
+    pub bytes_drained: u64,
+    /// Drains running now.
+    pub in_flight: u64,
+    /// Of `abandoned`: drains stopped by the byte budget.
+    pub abandoned_over_bytes: u64,
+    /// Of `abandoned`: drains stopped by the time budget.
+    pub abandoned_over_time: u64,
+    /// Of `skipped`: the remaining length was known and above the byte budget.
+    pub skipped_over_budget: u64,
+}
+
+impl DrainStats {
+    /// Reads the counters.
+    pub fn snapshot(&self) -> DrainSnapshot {
+        let c = &*self.counters;
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let over_bytes = load(&c.over_bytes);
+        let over_time = load(&c.over_time);
+        DrainSnapshot {
+            drained: load(&c.drained),
+            abandoned: over_bytes + over_time + load(&c.cancelled),
+            skipped: c.skipped.iter().map(load).sum(),
+            failed: load(&c.failed),
+            bytes_drained: load(&c.bytes_drained),
+            in_flight: load(&c.in_flight),
+            abandoned_over_bytes: over_bytes,
+            abandoned_over_time: over_time,
+            skipped_over_budget: load(&c.skipped[SkipReason::OverBudget as usize]),
+        }
+    }
+
+    /// Counts an early drop that was not drained and reports it.
+    pub(crate) fn skip(&self, reason: SkipReason, caller_read: u64) {
+        self.counters.skipped[reason as usize].fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(
+            outcome = "skipped",
+            reason = reason.as_str(),
+            caller_read,
+            bytes_drained = 0u64,
+            elapsed_us = 0u64,
+            "response body dropped early; not drained"
+        );
+    }
+
+    /// Reserves one of `limit` drain slots, or `None` when all are taken.
+    pub(crate) fn try_start(&self, limit: usize) -> Option<DrainPermit> {
+        let in_flight = &self.counters.in_flight;
+        let limit = u64::try_from(limit).unwrap_or(u64::MAX);
+        in_flight
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < limit).then_some(n + 1)
+            })
+            .ok()?;
+        Some(DrainPermit {
+            stats: self.clone(),
+            started_at: Instant::now(),
+            running: false,
+            bytes: 0,
+            outcome: None,
+        })
+    }
+}
+
+/// One running drain: holds an in-flight slot, and counts the drain's
+/// outcome exactly once when dropped, however the drain ended.
+pub(crate) struct DrainPermit {
+    stats: DrainStats,
+    started_at: Instant,
+    running: bool,
+    bytes: u64,
+    outcome: Option<Outcome>,
+}
+
+impl DrainPermit {
+    /// The drain task was polled: from now on, being dropped without an
+    /// outcome means it was cancelled, not that it never ran.
+    pub(crate) fn running(&mut self) {
+        self.running = true;
+    }
+
+    pub(crate) fn add_bytes(&mut self, n: u64) {
+        self.bytes = self.bytes.saturating_add(n);
+    }
+
+    pub(crate) fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    pub(crate) fn finish(mut self, outcome: Outcome) {
+        self.outcome = Some(outcome);
+    }
+
+    pub(crate) fn elapsed(&self) -> Duration {
+        self.started_at.elapsed()
+    }
+}
+
+impl Drop for DrainPermit {
+    fn drop(&mut self) {
+        let c = &*self.stats.counters;
+        c.in_flight.fetch_sub(1, Ordering::AcqRel);
+        let outcome = match self.outcome {
+            Some(outcome) => outcome,
+            None if self.running => Outcome::Cancelled,
+            // Spawned onto a runtime that was shutting down: never ran.
+            None => return self.stats.skip(SkipReason::NoRuntime, 0),
+        };
+        c.bytes_drained.fetch_add(self.bytes, Ordering::Relaxed);
+        let counter = match outcome {
+            Outcome::Drained => &c.drained,
+            Outcome::OverBytes => &c.over_bytes,
+            Outcome::OverTime => &c.over_time,
+            Outcome::Cancelled => &c.cancelled,
+            Outcome::Failed => &c.failed,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(
+            outcome = outcome.as_str(),
+            bytes_drained = self.bytes,
+            elapsed_us = u64::try_from(self.elapsed().as_micros()).unwrap_or(u64::MAX),
+            "response body dropped early; drain ended"
+        );
+    }
+}
