@@ -95,7 +95,9 @@ where
 impl<B> DrainBody<B> {
     /// The inner body.
     pub fn get_ref(&self) -> &B {
-        self.inner.as_ref().expect("inner body is present until drop")
+        self.inner
+            .as_ref()
+            .expect("inner body is present until drop")
     }
 }
 
@@ -119,7 +121,9 @@ where
             Poll::Ready(Some(Ok(frame))) => {
                 if inner.is_end_stream() {
                     this.on_drop = None;
-                } else if let (Some(on_drop), Some(data)) = (this.on_drop.as_mut(), frame.data_ref()) {
+                } else if let (Some(on_drop), Some(data)) =
+                    (this.on_drop.as_mut(), frame.data_ref())
+                {
                     on_drop.ctx.caller_read += data.remaining() as u64;
                 }
             }

@@ -25,9 +25,11 @@ where
     drop(handle.spawn(async move {
         permit.running();
         let outcome = match budget.deadline {
-            Some(deadline) => tokio::time::timeout_at(deadline, drain(body, budget.max_bytes, &mut permit))
-                .await
-                .unwrap_or(Outcome::OverTime),
+            Some(deadline) => {
+                tokio::time::timeout_at(deadline, drain(body, budget.max_bytes, &mut permit))
+                    .await
+                    .unwrap_or(Outcome::OverTime)
+            }
             None => drain(body, budget.max_bytes, &mut permit).await,
         };
         permit.finish(outcome);

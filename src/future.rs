@@ -45,7 +45,10 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let response = ready!(this.inner.poll(cx))?;
-        let policy = this.policy.take().expect("ResponseFuture polled after completion");
+        let policy = this
+            .policy
+            .take()
+            .expect("ResponseFuture polled after completion");
         let head = policy::inspect(*this.request_close, response.version(), response.headers());
         Poll::Ready(Ok(response.map(|body| DrainBody::new(body, policy, head))))
     }

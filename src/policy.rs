@@ -99,7 +99,11 @@ impl Policy {
 
 /// Reads the response head (and whether the request asked to close) for a
 /// reason why this connection will not be reused, drained or not.
-pub(crate) fn inspect(request_close: bool, version: Version, headers: &HeaderMap) -> Option<SkipReason> {
+pub(crate) fn inspect(
+    request_close: bool,
+    version: Version,
+    headers: &HeaderMap,
+) -> Option<SkipReason> {
     if version >= Version::HTTP_2 {
         return Some(SkipReason::Http2);
     }
@@ -156,15 +160,25 @@ mod tests {
     #[test]
     fn connection_tokens_are_matched_case_insensitively_in_any_header() {
         let h = headers(&[("connection", "Upgrade"), ("connection", "foo, CLOSE")]);
-        assert_eq!(inspect(false, Version::HTTP_11, &h), Some(SkipReason::ConnectionClose));
+        assert_eq!(
+            inspect(false, Version::HTTP_11, &h),
+            Some(SkipReason::ConnectionClose)
+        );
         let h = headers(&[("connection", "closed"), ("content-length", "3")]);
-        assert_eq!(inspect(false, Version::HTTP_11, &h), None, "'closed' is not 'close'");
+        assert_eq!(
+            inspect(false, Version::HTTP_11, &h),
+            None,
+            "'closed' is not 'close'"
+        );
     }
 
     #[test]
     fn http10_needs_keep_alive() {
         let h = headers(&[("content-length", "3")]);
-        assert_eq!(inspect(false, Version::HTTP_10, &h), Some(SkipReason::ConnectionClose));
+        assert_eq!(
+            inspect(false, Version::HTTP_10, &h),
+            Some(SkipReason::ConnectionClose)
+        );
         let h = headers(&[("content-length", "3"), ("connection", "Keep-Alive")]);
         assert_eq!(inspect(false, Version::HTTP_10, &h), None);
     }
@@ -172,18 +186,27 @@ mod tests {
     #[test]
     fn framing_decides_close_delimited() {
         let none = headers(&[]);
-        assert_eq!(inspect(false, Version::HTTP_11, &none), Some(SkipReason::CloseDelimited));
+        assert_eq!(
+            inspect(false, Version::HTTP_11, &none),
+            Some(SkipReason::CloseDelimited)
+        );
         let chunked = headers(&[("transfer-encoding", "gzip, chunked")]);
         assert_eq!(inspect(false, Version::HTTP_11, &chunked), None);
         let not_last = headers(&[("transfer-encoding", "chunked, gzip")]);
-        assert_eq!(inspect(false, Version::HTTP_11, &not_last), Some(SkipReason::CloseDelimited));
+        assert_eq!(
+            inspect(false, Version::HTTP_11, &not_last),
+            Some(SkipReason::CloseDelimited)
+        );
     }
 
     #[test]
     fn http2_and_request_close_skip() {
         let h = headers(&[("content-length", "3")]);
         assert_eq!(inspect(false, Version::HTTP_2, &h), Some(SkipReason::Http2));
-        assert_eq!(inspect(true, Version::HTTP_11, &h), Some(SkipReason::ConnectionClose));
+        assert_eq!(
+            inspect(true, Version::HTTP_11, &h),
+            Some(SkipReason::ConnectionClose)
+        );
     }
 
     #[tokio::test]
@@ -203,16 +226,37 @@ mod tests {
             Decision::Drain(..) => None,
         };
         let exact = SizeHint::with_exact;
-        assert_eq!(skip(policy(0, ms(50)).decide(None, exact(1), rt())), Some(SkipReason::Disabled));
-        assert_eq!(skip(policy(10, ms(0)).decide(None, exact(1), rt())), Some(SkipReason::Disabled));
-        assert_eq!(skip(policy(10, ms(50)).decide(None, exact(11), rt())), Some(SkipReason::OverBudget));
-        assert_eq!(skip(policy(10, ms(50)).decide(None, exact(10), None)), Some(SkipReason::NoRuntime));
+        assert_eq!(
+            skip(policy(0, ms(50)).decide(None, exact(1), rt())),
+            Some(SkipReason::Disabled)
+        );
+        assert_eq!(
+            skip(policy(10, ms(0)).decide(None, exact(1), rt())),
+            Some(SkipReason::Disabled)
+        );
+        assert_eq!(
+            skip(policy(10, ms(50)).decide(None, exact(11), rt())),
+            Some(SkipReason::OverBudget)
+        );
+        assert_eq!(
+            skip(policy(10, ms(50)).decide(None, exact(10), None)),
+            Some(SkipReason::NoRuntime)
+        );
         let p = policy(10, ms(50));
         let first = p.decide(None, exact(10), rt());
-        assert!(matches!(first, Decision::Drain(..)), "exactly the budget is drained");
-        assert_eq!(skip(p.decide(None, exact(1), rt())), Some(SkipReason::Saturated));
+        assert!(
+            matches!(first, Decision::Drain(..)),
+            "exactly the budget is drained"
+        );
+        assert_eq!(
+            skip(p.decide(None, exact(1), rt())),
+            Some(SkipReason::Saturated)
+        );
         drop(first);
-        assert!(matches!(p.decide(None, exact(1), rt()), Decision::Drain(..)), "slot freed");
+        assert!(
+            matches!(p.decide(None, exact(1), rt()), Decision::Drain(..)),
+            "slot freed"
+        );
         let huge = policy(10, Duration::MAX);
         match huge.decide(None, SizeHint::new(), rt()) {
             Decision::Drain(_, budget, _) => assert!(budget.deadline.is_none()),

@@ -1,0 +1,345 @@
+//! Test servers and clients shared by the integration tests.
+//!
+//! - [`RawServer`]: raw HTTP/1.1 over TCP on `127.0.0.1:0` (nodelay), where a
+//!   test scripts every byte of each response, and the server counts the
+//!   connections it accepts.
+//! - [`client`]: hyper-util's legacy client behind a connector that counts
+//!   the connections it opens.
+//! - [`body_bytes`]: the deterministic content every body carries, so a test
+//!   can tell whether bytes of one response showed up in another.
+#![allow(dead_code, unreachable_pub)]
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::Uri;
+use http_body_util::{BodyExt, Empty};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
+use tower::Service;
+
+/// Byte `i` of the body served for `seed`: a pattern that differs between
+/// bodies and positions, so a misplaced byte is caught.
+pub fn body_byte(seed: u64, i: u64) -> u8 {
+    (seed.wrapping_mul(31).wrapping_add(i) % 251) as u8
+}
+
+/// The whole body served for `seed` with `len` bytes.
+pub fn body_bytes(seed: u64, len: usize) -> Vec<u8> {
+    (0..len as u64).map(|i| body_byte(seed, i)).collect()
+}
+
+/// One step of a scripted response.
+#[derive(Clone, Debug)]
+pub enum Step {
+    /// Write these bytes and flush.
+    Write(Vec<u8>),
+    /// Wait this long before the next step.
+    Sleep(Duration),
+    /// Write chunked frames of `chunk` bytes carrying `len` body bytes,
+    /// without the final `0\r\n\r\n`.
+    Chunks { seed: u64, len: usize, chunk: usize },
+    /// Send chunks of this size forever (until the write fails).
+    Forever { chunk: usize, every: Duration },
+    /// Close the connection (FIN) and stop serving it.
+    Close,
+    /// Close with RST (linger 0) and stop serving it.
+    Reset,
+    /// Stop writing but keep the connection open until the client closes it.
+    Hang,
+}
+
+/// The request line the server received.
+#[derive(Clone, Debug)]
+pub struct Head {
+    pub method: String,
+    pub path: String,
+    pub headers: String,
+}
+
+type Handler = dyn Fn(&Head) -> Vec<Step> + Send + Sync;
+
+/// A raw HTTP/1.1 server on `127.0.0.1:0`.
+pub struct RawServer {
+    pub addr: std::net::SocketAddr,
+    accepted: Arc<AtomicUsize>,
+    /// Connections whose serving loop ended because a write failed.
+    pub write_failures: Arc<AtomicUsize>,
+    /// Connections currently open at the server.
+    pub open: Arc<AtomicUsize>,
+    task: JoinHandle<()>,
+}
+
+impl RawServer {
+    /// Starts a server that answers every request with the steps `handler` returns.
+    pub async fn start(handler: impl Fn(&Head) -> Vec<Step> + Send + Sync + 'static) -> RawServer {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let write_failures = Arc::new(AtomicUsize::new(0));
+        let open = Arc::new(AtomicUsize::new(0));
+        let handler: Arc<Handler> = Arc::new(handler);
+        let task = tokio::spawn({
+            let (accepted, write_failures, open) =
+                (accepted.clone(), write_failures.clone(), open.clone());
+            async move {
+                loop {
+                    let Ok((stream, _)) = listener.accept().await else {
+                        return;
+                    };
+                    stream.set_nodelay(true).unwrap();
+                    accepted.fetch_add(1, Ordering::SeqCst);
+                    open.fetch_add(1, Ordering::SeqCst);
+                    let (handler, write_failures, open) =
+                        (handler.clone(), write_failures.clone(), open.clone());
+                    tokio::spawn(async move {
+                        if serve(stream, &*handler).await.is_err() {
+                            write_failures.fetch_add(1, Ordering::SeqCst);
+                        }
+                        open.fetch_sub(1, Ordering::SeqCst);
+                    });
+                }
+            }
+        });
+        RawServer {
+            addr,
+            accepted,
+            write_failures,
+            open,
+            task,
+        }
+    }
+
+    /// Connections accepted so far.
+    pub fn accepted(&self) -> usize {
+        self.accepted.load(Ordering::SeqCst)
+    }
+
+    pub fn uri(&self, path: &str) -> Uri {
+        format!("http://{}{}", self.addr, path).parse().unwrap()
+    }
+}
+
+impl Drop for RawServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Serves one connection until the client closes it or a step ends it.
+/// `Err` means a write failed (the client went away mid-response).
+async fn serve(mut stream: TcpStream, handler: &Handler) -> std::io::Result<()> {
+    let mut buf = Vec::new();
+    loop {
+        let Some(head) = read_head(&mut stream, &mut buf).await else {
+            return Ok(());
+        };
+        for step in handler(&head) {
+            match step {
+                Step::Write(bytes) => stream.write_all(&bytes).await?,
+                Step::Sleep(d) => tokio::time::sleep(d).await,
+                Step::Chunks { seed, len, chunk } => {
+                    let body = body_bytes(seed, len);
+                    for part in body.chunks(chunk.max(1)) {
+                        let mut frame = format!("{:x}\r\n", part.len()).into_bytes();
+                        frame.extend_from_slice(part);
+                        frame.extend_from_slice(b"\r\n");
+                        stream.write_all(&frame).await?;
+                    }
+                }
+                Step::Forever { chunk, every } => {
+                    let mut frame = format!("{chunk:x}\r\n").into_bytes();
+                    frame.extend(std::iter::repeat_n(b'x', chunk));
+                    frame.extend_from_slice(b"\r\n");
+                    loop {
+                        stream.write_all(&frame).await?;
+                        tokio::time::sleep(every).await;
+                    }
+                }
+                Step::Close => {
+                    let _ = stream.shutdown().await;
+                    return Ok(());
+                }
+                Step::Reset => {
+                    // Linger 0 makes the close below send RST; the blocking
+                    // caveat of the deprecation does not apply to a zero linger.
+                    #[allow(deprecated)]
+                    let _ = stream.set_linger(Some(Duration::ZERO));
+                    return Ok(());
+                }
+                Step::Hang => {
+                    // Wait for the client to close; discard whatever it sends.
+                    let mut sink = [0u8; 1024];
+                    while matches!(stream.read(&mut sink).await, Ok(n) if n > 0) {}
+                    return Ok(());
+                }
+            }
+        }
+    }
+}
+
+/// Reads one request head (and discards a `Content-Length` request body).
+async fn read_head(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Option<Head> {
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let text = String::from_utf8_lossy(&buf[..end]).into_owned();
+            buf.drain(..end + 4);
+            let mut lines = text.split("\r\n");
+            let mut first = lines.next()?.split(' ');
+            let method = first.next()?.to_string();
+            let path = first.next()?.to_string();
+            let headers = lines.collect::<Vec<_>>().join("\n").to_ascii_lowercase();
+            let body_len: usize = headers
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0);
+            while buf.len() < body_len {
+                let mut chunk = [0u8; 8192];
+                let n = stream.read(&mut chunk).await.ok()?;
+                if n == 0 {
+                    return None;
+                }
+                buf.extend_from_slice(&chunk[..n]);
+            }
+            buf.drain(..body_len);
+            return Some(Head {
+                method,
+                path,
+                headers,
+            });
+        }
+        let mut chunk = [0u8; 8192];
+        let n = stream.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// Steps for a `Content-Length` response carrying `body_bytes(seed, len)`.
+pub fn content_length(seed: u64, len: usize) -> Vec<Step> {
+    let mut out = format!("HTTP/1.1 200 OK\r\ncontent-length: {len}\r\n\r\n").into_bytes();
+    out.extend(body_bytes(seed, len));
+    vec![Step::Write(out)]
+}
+
+/// Steps for a chunked response carrying `body_bytes(seed, len)` in chunks of `chunk`.
+pub fn chunked(seed: u64, len: usize, chunk: usize) -> Vec<Step> {
+    vec![
+        Step::Write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n".to_vec()),
+        Step::Chunks { seed, len, chunk },
+        Step::Write(b"0\r\n\r\n".to_vec()),
+    ]
+}
+
+/// The value of query parameter `name` in `path` (`/x?name=12`).
+pub fn query(path: &str, name: &str) -> Option<u64> {
+    let (_, q) = path.split_once('?')?;
+    q.split('&').find_map(|kv| {
+        let (k, v) = kv.split_once('=')?;
+        (k == name).then(|| v.parse().ok()).flatten()
+    })
+}
+
+/// An `HttpConnector` that counts the connections it opens.
+#[derive(Clone)]
+pub struct CountingConnector {
+    inner: HttpConnector,
+    pub connects: Arc<AtomicUsize>,
+}
+
+impl CountingConnector {
+    pub fn new() -> Self {
+        let mut inner = HttpConnector::new();
+        inner.set_nodelay(true);
+        CountingConnector {
+            inner,
+            connects: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+
+    pub fn count(&self) -> usize {
+        self.connects.load(Ordering::SeqCst)
+    }
+}
+
+impl Service<Uri> for CountingConnector {
+    type Response = <HttpConnector as Service<Uri>>::Response;
+    type Error = <HttpConnector as Service<Uri>>::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, uri: Uri) -> Self::Future {
+        let connects = self.connects.clone();
+        let fut = self.inner.call(uri);
+        Box::pin(async move {
+            let conn = fut.await?;
+            connects.fetch_add(1, Ordering::SeqCst);
+            Ok(conn)
+        })
+    }
+}
+
+pub type TestClient = Client<CountingConnector, Empty<Bytes>>;
+
+/// hyper-util's pooled client over a counting connector.
+pub fn client() -> (TestClient, CountingConnector) {
+    let connector = CountingConnector::new();
+    let client = Client::builder(TokioExecutor::new()).build(connector.clone());
+    (client, connector)
+}
+
+/// A GET request for `uri` with an empty body.
+pub fn get(uri: Uri) -> http::Request<Empty<Bytes>> {
+    http::Request::get(uri).body(Empty::new()).unwrap()
+}
+
+/// Waits until `cond` holds, polling every millisecond, or panics with `what`
+/// after `deadline`.
+pub async fn wait_for(what: &str, deadline: Duration, mut cond: impl FnMut() -> bool) {
+    let start = tokio::time::Instant::now();
+    while !cond() {
+        assert!(
+            start.elapsed() < deadline,
+            "timed out after {deadline:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+/// Reads a whole body, returning its bytes.
+pub async fn read_all<B>(body: B) -> Result<Vec<u8>, B::Error>
+where
+    B: http_body::Body,
+{
+    Ok(body.collect().await?.to_bytes().to_vec())
+}
+
+/// Reads one data frame (skipping trailers), returning its length, or `None` at the end.
+pub async fn read_one_frame<B>(body: &mut B) -> Option<usize>
+where
+    B: http_body::Body + Unpin,
+    B::Error: std::fmt::Debug,
+{
+    loop {
+        let frame = body.frame().await?.expect("frame");
+        if let Ok(data) = frame.into_data() {
+            use bytes::Buf;
+            return Some(data.remaining());
+        }
+    }
+}
