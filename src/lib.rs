@@ -71,7 +71,7 @@
 //!
 //! # Example
 //!
-//! ```no_run
+//! ```
 //! use std::time::Duration;
 //!
 //! use drain_on_drop::DrainOnDropLayer;
@@ -81,7 +81,21 @@
 //! use hyper_util::rt::TokioExecutor;
 //! use tower::{Service, ServiceBuilder, ServiceExt};
 //!
-//! # async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+//! # // A local server answering every request with 64 KiB.
+//! # let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+//! # let url = format!("http://{}/status", listener.local_addr()?);
+//! # tokio::spawn(async move {
+//! #     while let Ok((stream, _)) = listener.accept().await {
+//! #         let svc = hyper::service::service_fn(|_| async {
+//! #             let body = http_body_util::Full::new(Bytes::from(vec![0u8; 64 * 1024]));
+//! #             Ok::<_, std::convert::Infallible>(http::Response::new(body))
+//! #         });
+//! #         let io = hyper_util::rt::TokioIo::new(stream);
+//! #         tokio::spawn(hyper::server::conn::http1::Builder::new().serve_connection(io, svc));
+//! #     }
+//! # });
 //! let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
 //! let layer = DrainOnDropLayer::new()
 //!     .max_bytes(256 * 1024)
@@ -90,13 +104,15 @@
 //! let mut svc = ServiceBuilder::new().layer(layer).service(client);
 //!
 //! for _ in 0..10 {
-//!     let req = http::Request::get("http://127.0.0.1:8080/health").body(Empty::new())?;
+//!     let req = http::Request::get(&url).body(Empty::new())?;
 //!     let res = svc.ready().await?.call(req).await?;
-//!     // Only the status matters; the body is dropped unread and drained in
-//!     // the background, so the next request reuses the connection.
+//!     // Only the status matters: the 64 KiB body is dropped unread and
+//!     // drained in the background, so the next request reuses the connection.
 //!     assert!(res.status().is_success());
 //! }
-//! println!("{:?}", stats.snapshot());
+//! # while stats.snapshot().in_flight > 0 { tokio::time::sleep(Duration::from_millis(1)).await }
+//! let drained = stats.snapshot().drained;
+//! assert_eq!(drained, 10);
 //! # Ok(())
 //! # }
 //! ```
@@ -130,3 +146,8 @@ pub use future::ResponseFuture;
 pub use layer::DrainOnDropLayer;
 pub use service::DrainOnDrop;
 pub use stats::{DrainSnapshot, DrainStats};
+
+/// Compiles the code blocks of README.md.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

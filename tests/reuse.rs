@@ -23,6 +23,8 @@ enum Framing {
 enum Read {
     Unread,
     OneFrame,
+    /// The control: the caller reads every body to its end.
+    ToEnd,
 }
 
 /// Serves `GET /?len=N&seed=S` with the given framing (chunks of 16 KiB).
@@ -55,8 +57,15 @@ async fn run(
         let res = svc.ready().await.unwrap().call(req).await.unwrap();
         assert_eq!(res.status(), 200);
         let mut body = res.into_body();
-        if let Read::OneFrame = read {
-            read_one_frame(&mut body).await.expect("at least one frame");
+        match read {
+            Read::Unread => {}
+            Read::OneFrame => {
+                read_one_frame(&mut body).await.expect("at least one frame");
+            }
+            Read::ToEnd => assert_eq!(
+                read_all(&mut body).await.unwrap(),
+                body_bytes(i as u64, len)
+            ),
         }
         drop(body);
     }
@@ -85,8 +94,8 @@ async fn run(
 async fn table(runtime: &str, limit: impl Fn(Framing) -> usize) -> Vec<String> {
     let mut table = format!(
         "{runtime} runtime, {N} sequential requests, new connections:\n\
-         | unread body | framing | read before drop | draining disabled (= hyper-util alone) | with DrainOnDropLayer | drained | bytes drained |\n\
-         |---|---|---|---|---|---|---|\n"
+         | unread body | framing | read before drop | draining disabled (= hyper-util alone) | with DrainOnDropLayer | read-to-end control | drained | bytes drained |\n\
+         |---|---|---|---|---|---|---|---|\n"
     );
     let mut failures = Vec::new();
     for kib in [1, 16, 64, 128, 256] {
@@ -101,9 +110,11 @@ async fn table(runtime: &str, limit: impl Fn(Framing) -> usize) -> Vec<String> {
                 )
                 .await;
                 let (conns, snap) = run(kib * KIB, framing, read, DrainOnDropLayer::new()).await;
+                let (control, _) =
+                    run(kib * KIB, framing, Read::ToEnd, DrainOnDropLayer::new()).await;
                 writeln!(
                     table,
-                    "| {kib} KiB | {framing:?} | {read:?} | {alone} | {conns} | {} | {} |",
+                    "| {kib} KiB | {framing:?} | {read:?} | {alone} | {conns} | {control} | {} | {} |",
                     snap.drained, snap.bytes_drained
                 )
                 .unwrap();
@@ -130,17 +141,16 @@ async fn dropped_bodies_within_budget_reuse_the_connection() {
     );
 }
 
-/// On a multi-thread runtime a drain of many chunked frames can still be
-/// running when the request after next checks out a connection, and
-/// hyper-util dials again: Content-Length bodies stay at 2, chunked ones
-/// were measured at 2 to 5 (Go 1.27 publishes 16 for 256 KiB).
+/// On a multi-thread runtime hyper-util's checkout races a dial whenever no
+/// connection is idle at that instant, so even the read-to-end control opens
+/// 2 to 3 connections when the machine is busy, and a drain of many chunked
+/// frames still running when the request after next checks out adds one or
+/// two more: measured 2 to 5 (Go 1.27 publishes 16 for 256 KiB). The bound
+/// here is loose enough for a loaded 2-core CI machine and still far from
+/// the 100 of hyper-util alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropped_bodies_within_budget_reuse_the_connection_multi_thread() {
-    let failures = table("multi_thread (2 workers)", |framing| match framing {
-        Framing::ContentLength => 2,
-        Framing::Chunked => 8,
-    })
-    .await;
+    let failures = table("multi_thread (2 workers)", |_| 8).await;
     assert!(
         failures.is_empty(),
         "too many connections per {N} requests: {failures:?}"
