@@ -10,11 +10,6 @@
 //! `--url` takes a plain `http://` HTTP/1 endpoint.
 
 use std::convert::Infallible;
-use std::future::Future;
-use std::pin::Pin;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -59,32 +54,6 @@ fn parse_args() -> Result<Args, Error> {
     Ok(args)
 }
 
-/// An `HttpConnector` that counts the connections it opens.
-#[derive(Clone)]
-struct CountingConnector {
-    inner: HttpConnector,
-    opened: Arc<AtomicUsize>,
-}
-
-impl Service<Uri> for CountingConnector {
-    type Response = <HttpConnector as Service<Uri>>::Response;
-    type Error = <HttpConnector as Service<Uri>>::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, uri: Uri) -> Self::Future {
-        let (opened, connecting) = (self.opened.clone(), self.inner.call(uri));
-        Box::pin(async move {
-            let conn = connecting.await?;
-            opened.fetch_add(1, Ordering::Relaxed);
-            Ok(conn)
-        })
-    }
-}
-
 /// Serves `size` bytes with `Content-Length` on `127.0.0.1:0`.
 async fn local_server(size: usize) -> Result<Uri, Error> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
@@ -111,11 +80,9 @@ async fn local_server(size: usize) -> Result<Uri, Error> {
 async fn run(label: &str, url: &Uri, n: usize, layer: DrainOnDropLayer) -> Result<(), Error> {
     let mut http = HttpConnector::new();
     http.set_nodelay(true);
-    let opened = Arc::new(AtomicUsize::new(0));
-    let connector = CountingConnector {
-        inner: http,
-        opened: opened.clone(),
-    };
+    // The observer counts connections into the layer's stats and tells each
+    // response whether its connection was new or reused.
+    let connector = layer.observe(http);
     let client = Client::builder(TokioExecutor::new()).build::<_, Empty<Bytes>>(connector);
     let stats = layer.stats();
     let mut svc = ServiceBuilder::new().layer(layer).service(client);
@@ -134,13 +101,13 @@ async fn run(label: &str, url: &Uri, n: usize, layer: DrainOnDropLayer) -> Resul
     while stats.snapshot().in_flight > 0 && start.elapsed() < elapsed + Duration::from_secs(1) {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
-    let opened = opened.load(Ordering::Relaxed);
     let s = stats.snapshot();
     println!("{label}");
     println!(
-        "  {n} requests in {} ms, {} on a reused connection ({opened} connections opened)",
+        "  {n} requests in {} ms, {} on a reused connection ({} connections opened)",
         elapsed.as_millis(),
-        n.saturating_sub(opened),
+        s.reused,
+        s.connections_opened,
     );
     println!(
         "  early drops: {} drained, {} abandoned, {} skipped, {} failed; {} KiB drained",

@@ -7,6 +7,7 @@ use bytes::Buf;
 use http_body::{Body, Frame, SizeHint};
 use tokio::runtime::Handle;
 
+use crate::budget::DrainBudget;
 use crate::drain;
 use crate::policy::{Decision, Policy};
 use crate::stats::SkipReason;
@@ -45,6 +46,8 @@ struct DropContext {
     handle: Option<Handle>,
     /// Reason the connection will not be reused whatever we do, from the head.
     head: Option<SkipReason>,
+    /// The request's own budget, overriding the layer's.
+    budget: Option<DrainBudget>,
     /// Data bytes the caller read, for the tracing event.
     caller_read: u64,
 }
@@ -53,7 +56,12 @@ impl<B> DrainBody<B>
 where
     B: Body + Send + Unpin + 'static,
 {
-    pub(crate) fn new(inner: B, policy: Arc<Policy>, head: Option<SkipReason>) -> Self {
+    pub(crate) fn new(
+        inner: B,
+        policy: Arc<Policy>,
+        head: Option<SkipReason>,
+        budget: Option<DrainBudget>,
+    ) -> Self {
         // Nothing is left to drain (HEAD, 204, 304, `Content-Length: 0`): no
         // runtime handle, no state, nothing at the drop.
         let on_drop = (!inner.is_end_stream()).then(|| OnEarlyDrop {
@@ -61,6 +69,7 @@ where
                 policy,
                 handle: Handle::try_current().ok(),
                 head,
+                budget,
                 caller_read: 0,
             },
             run: early_drop::<B>,
@@ -83,7 +92,10 @@ where
     if inner.is_end_stream() {
         return;
     }
-    match ctx.policy.decide(ctx.head, inner.size_hint(), ctx.handle) {
+    match ctx
+        .policy
+        .decide(ctx.budget, ctx.head, inner.size_hint(), ctx.handle)
+    {
         Decision::Drain(handle, budget, permit) => drain::spawn(&handle, inner, budget, permit),
         Decision::Skip(reason) => {
             drop(inner);

@@ -8,7 +8,8 @@ use http_body::Body;
 use pin_project_lite::pin_project;
 
 use crate::body::DrainBody;
-use crate::policy::{self, Policy};
+use crate::observe::ConnectionTag;
+use crate::policy::{Policy, RequestInfo};
 
 pin_project! {
     /// Response future of [`DrainOnDrop`]: wraps the response body in a
@@ -21,16 +22,16 @@ pin_project! {
         inner: F,
         // `Option` so the policy moves into the body instead of being cloned.
         policy: Option<Arc<Policy>>,
-        request_close: bool,
+        request: RequestInfo,
     }
 }
 
 impl<F> ResponseFuture<F> {
-    pub(crate) fn new(inner: F, policy: Arc<Policy>, request_close: bool) -> Self {
+    pub(crate) fn new(inner: F, policy: Arc<Policy>, request: RequestInfo) -> Self {
         ResponseFuture {
             inner,
             policy: Some(policy),
-            request_close,
+            request,
         }
     }
 }
@@ -44,20 +45,26 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
-        let response = ready!(this.inner.poll(cx))?;
+        let mut response = ready!(this.inner.poll(cx))?;
         let policy = this
             .policy
             .take()
             .expect("ResponseFuture polled after completion");
-        let head = policy::inspect(*this.request_close, response.version(), response.headers());
-        Poll::Ready(Ok(response.map(|body| DrainBody::new(body, policy, head))))
+        if let Some(conn) = ConnectionTag::take(response.extensions_mut()) {
+            policy.stats.response(conn.reused);
+        }
+        let head = policy.inspect(*this.request, response.version(), response.headers());
+        let budget = this.request.budget;
+        Poll::Ready(Ok(
+            response.map(|body| DrainBody::new(body, policy, head, budget))
+        ))
     }
 }
 
 impl<F> std::fmt::Debug for ResponseFuture<F> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ResponseFuture")
-            .field("request_close", &self.request_close)
+            .field("request", &self.request)
             .finish_non_exhaustive()
     }
 }

@@ -3,6 +3,7 @@ use std::time::Duration;
 
 use tower_layer::Layer;
 
+use crate::observe::ObserveConnector;
 use crate::policy::{Config, Policy};
 use crate::service::DrainOnDrop;
 use crate::stats::DrainStats;
@@ -34,7 +35,7 @@ impl DrainOnDropLayer {
     pub fn new() -> Self {
         DrainOnDropLayer {
             policy: Arc::new(Policy {
-                config: Config::DEFAULT,
+                config: Config::default(),
                 stats: DrainStats::default(),
             }),
         }
@@ -93,6 +94,44 @@ impl DrainOnDropLayer {
     /// ```
     pub fn max_concurrent_drains(self, max: usize) -> Self {
         self.config(|c| c.max_concurrent_drains = max)
+    }
+
+    /// Response media types that are open-ended streams: an early drop of
+    /// such a body is not drained (it would only burn the time budget on a
+    /// stream that does not end) and its connection is closed at once,
+    /// counted as skipped (`stream`). Matched case-insensitively against
+    /// the `Content-Type` without its parameters. Replaces the list; pass an
+    /// empty list to drain streams like any other body.
+    ///
+    /// Default is `["text/event-stream"]`.
+    ///
+    /// ```
+    /// # use drain_on_drop::DrainOnDropLayer;
+    /// // Also treat NDJSON as a stream.
+    /// let layer = DrainOnDropLayer::new()
+    ///     .stream_content_types(["text/event-stream", "application/x-ndjson"]);
+    /// // Drain everything, streams included.
+    /// let layer = DrainOnDropLayer::new().stream_content_types(Vec::<String>::new());
+    /// ```
+    pub fn stream_content_types<I>(self, types: I) -> Self
+    where
+        I: IntoIterator,
+        I::Item: Into<String>,
+    {
+        let types: Vec<String> = types
+            .into_iter()
+            .map(|t| t.into().trim().to_ascii_lowercase())
+            .collect();
+        self.config(|c| c.stream_types = Arc::from(types))
+    }
+
+    /// Wraps a hyper-util connector in an [`ObserveConnector`] counting into
+    /// this layer's stats: `connections_opened`, and, for responses through
+    /// services built from this layer, `requests` and `reused`, plus a
+    /// [`ConnectionReuse`](crate::ConnectionReuse) in each response's
+    /// extensions.
+    pub fn observe<C>(&self, connector: C) -> ObserveConnector<C> {
+        ObserveConnector::new(connector, self.stats())
     }
 
     /// The counters shared by this layer, its clones and every service built

@@ -134,16 +134,20 @@
 #![forbid(unsafe_code)]
 
 mod body;
+mod budget;
 mod drain;
 mod future;
 mod layer;
+mod observe;
 mod policy;
 mod service;
 mod stats;
 
 pub use body::DrainBody;
+pub use budget::DrainBudget;
 pub use future::ResponseFuture;
 pub use layer::DrainOnDropLayer;
+pub use observe::{ConnectFuture, ConnectionReuse, ObserveConnector, ObservedConnection};
 pub use service::DrainOnDrop;
 pub use stats::{DrainSnapshot, DrainStats};
 

@@ -7,30 +7,55 @@
 //! remaining length, the runtime, the number of drains running) and returns
 //! either a reason to skip or a budget and a permit to drain.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use http::header::{CONNECTION, CONTENT_LENGTH, TRANSFER_ENCODING};
-use http::{HeaderMap, Version};
+use http::header::{CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, TRANSFER_ENCODING};
+use http::{HeaderMap, Request, Version};
 use http_body::SizeHint;
 use tokio::runtime::Handle;
 use tokio::time::Instant;
 
+use crate::budget::DrainBudget;
 use crate::stats::{DrainPermit, DrainStats, SkipReason};
 
 /// The layer's settings.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Config {
     pub(crate) max_bytes: u64,
     pub(crate) max_time: Duration,
     pub(crate) max_concurrent_drains: usize,
+    /// Media types (lowercase, no parameters) of open-ended streams.
+    pub(crate) stream_types: Arc<[String]>,
 }
 
-impl Config {
-    pub(crate) const DEFAULT: Config = Config {
-        max_bytes: 256 * 1024,
-        max_time: Duration::from_millis(50),
-        max_concurrent_drains: 1024,
-    };
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            max_bytes: 256 * 1024,
+            max_time: Duration::from_millis(50),
+            max_concurrent_drains: 1024,
+            stream_types: Arc::from(vec!["text/event-stream".to_string()]),
+        }
+    }
+}
+
+/// What the request says about its response's drain, read in `call`.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct RequestInfo {
+    /// The request carries `Connection: close`.
+    close: bool,
+    /// A per-request [`DrainBudget`] from the extensions.
+    pub(crate) budget: Option<DrainBudget>,
+}
+
+impl RequestInfo {
+    pub(crate) fn new<B>(req: &Request<B>) -> Self {
+        RequestInfo {
+            close: has_token(req.headers(), "close"),
+            budget: req.extensions().get::<DrainBudget>().copied(),
+        }
+    }
 }
 
 /// Settings plus the counters they report into; shared by the services built
@@ -61,17 +86,21 @@ impl Policy {
     /// `head` is what [`inspect`] found when the response arrived,
     /// `remaining` the body's size hint at the drop, `runtime` the handle
     /// captured when the response arrived.
+    /// `budget` overrides the layer's budgets for this response.
     pub(crate) fn decide(
         &self,
+        budget: Option<DrainBudget>,
         head: Option<SkipReason>,
         remaining: SizeHint,
         runtime: Option<Handle>,
     ) -> Decision {
-        let Config {
+        let DrainBudget {
             max_bytes,
             max_time,
-            max_concurrent_drains,
-        } = self.config;
+        } = budget.unwrap_or(DrainBudget::new(
+            self.config.max_bytes,
+            self.config.max_time,
+        ));
         if max_bytes == 0 || max_time.is_zero() {
             return Decision::Skip(SkipReason::Disabled);
         }
@@ -86,7 +115,7 @@ impl Policy {
         let Some(runtime) = runtime else {
             return Decision::Skip(SkipReason::NoRuntime);
         };
-        let Some(permit) = self.stats.try_start(max_concurrent_drains) else {
+        let Some(permit) = self.stats.try_start(self.config.max_concurrent_drains) else {
             return Decision::Skip(SkipReason::Saturated);
         };
         let budget = Budget {
@@ -97,31 +126,46 @@ impl Policy {
     }
 }
 
-/// Reads the response head (and whether the request asked to close) for a
-/// reason why this connection will not be reused, drained or not.
-pub(crate) fn inspect(
-    request_close: bool,
-    version: Version,
-    headers: &HeaderMap,
-) -> Option<SkipReason> {
-    if version >= Version::HTTP_2 {
-        return Some(SkipReason::Http2);
+impl Policy {
+    /// Reads the response head, and what the request said, for a reason why
+    /// this connection will not be reused, or this body will not end, whatever
+    /// a drain does.
+    pub(crate) fn inspect(
+        &self,
+        request: RequestInfo,
+        version: Version,
+        headers: &HeaderMap,
+    ) -> Option<SkipReason> {
+        if version >= Version::HTTP_2 {
+            return Some(SkipReason::Http2);
+        }
+        if request.close || has_token(headers, "close") {
+            return Some(SkipReason::ConnectionClose);
+        }
+        if version <= Version::HTTP_10 && !has_token(headers, "keep-alive") {
+            return Some(SkipReason::ConnectionClose);
+        }
+        if !headers.contains_key(CONTENT_LENGTH) && !is_chunked(headers) {
+            return Some(SkipReason::CloseDelimited);
+        }
+        if self.is_stream(headers) {
+            return Some(SkipReason::Stream);
+        }
+        None
     }
-    if request_close || has_token(headers, "close") {
-        return Some(SkipReason::ConnectionClose);
-    }
-    if version <= Version::HTTP_10 && !has_token(headers, "keep-alive") {
-        return Some(SkipReason::ConnectionClose);
-    }
-    if !headers.contains_key(CONTENT_LENGTH) && !is_chunked(headers) {
-        return Some(SkipReason::CloseDelimited);
-    }
-    None
-}
 
-/// Whether a request's headers ask for the connection to be closed.
-pub(crate) fn request_wants_close(headers: &HeaderMap) -> bool {
-    has_token(headers, "close")
+    /// Whether the `Content-Type` is one of the configured stream types.
+    fn is_stream(&self, headers: &HeaderMap) -> bool {
+        let types = &self.config.stream_types;
+        if types.is_empty() {
+            return false;
+        }
+        let Some(media_type) = headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok()) else {
+            return false;
+        };
+        let media_type = media_type.split(';').next().unwrap_or_default().trim();
+        types.iter().any(|t| t.eq_ignore_ascii_case(media_type))
+    }
 }
 
 /// Whether any `Connection` header lists `token` (case-insensitive).
@@ -148,6 +192,18 @@ fn is_chunked(headers: &HeaderMap) -> bool {
 mod tests {
     use super::*;
     use http::HeaderValue;
+
+    fn inspect(request_close: bool, version: Version, headers: &HeaderMap) -> Option<SkipReason> {
+        let policy = Policy {
+            config: Config::default(),
+            stats: DrainStats::default(),
+        };
+        let request = RequestInfo {
+            close: request_close,
+            budget: None,
+        };
+        policy.inspect(request, version, headers)
+    }
 
     fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
         let mut map = HeaderMap::new();
@@ -217,6 +273,7 @@ mod tests {
                 max_bytes,
                 max_time,
                 max_concurrent_drains: 1,
+                ..Config::default()
             },
             stats: DrainStats::default(),
         };
@@ -227,40 +284,96 @@ mod tests {
         };
         let exact = SizeHint::with_exact;
         assert_eq!(
-            skip(policy(0, ms(50)).decide(None, exact(1), rt())),
+            skip(policy(0, ms(50)).decide(None, None, exact(1), rt())),
             Some(SkipReason::Disabled)
         );
         assert_eq!(
-            skip(policy(10, ms(0)).decide(None, exact(1), rt())),
+            skip(policy(10, ms(0)).decide(None, None, exact(1), rt())),
             Some(SkipReason::Disabled)
         );
         assert_eq!(
-            skip(policy(10, ms(50)).decide(None, exact(11), rt())),
+            skip(policy(10, ms(50)).decide(None, None, exact(11), rt())),
             Some(SkipReason::OverBudget)
         );
         assert_eq!(
-            skip(policy(10, ms(50)).decide(None, exact(10), None)),
+            skip(policy(10, ms(50)).decide(None, None, exact(10), None)),
             Some(SkipReason::NoRuntime)
         );
         let p = policy(10, ms(50));
-        let first = p.decide(None, exact(10), rt());
+        let first = p.decide(None, None, exact(10), rt());
         assert!(
             matches!(first, Decision::Drain(..)),
             "exactly the budget is drained"
         );
         assert_eq!(
-            skip(p.decide(None, exact(1), rt())),
+            skip(p.decide(None, None, exact(1), rt())),
             Some(SkipReason::Saturated)
         );
         drop(first);
         assert!(
-            matches!(p.decide(None, exact(1), rt()), Decision::Drain(..)),
+            matches!(p.decide(None, None, exact(1), rt()), Decision::Drain(..)),
             "slot freed"
         );
         let huge = policy(10, Duration::MAX);
-        match huge.decide(None, SizeHint::new(), rt()) {
+        match huge.decide(None, None, SizeHint::new(), rt()) {
             Decision::Drain(_, budget, _) => assert!(budget.deadline.is_none()),
             Decision::Skip(r) => panic!("unexpected skip {r:?}"),
         }
+    }
+
+    #[test]
+    fn stream_content_types_match_the_media_type_only() {
+        let h = headers(&[
+            ("content-type", "Text/Event-Stream; charset=utf-8"),
+            ("transfer-encoding", "chunked"),
+        ]);
+        assert_eq!(
+            inspect(false, Version::HTTP_11, &h),
+            Some(SkipReason::Stream)
+        );
+        let h = headers(&[
+            ("content-type", "text/event-streamer"),
+            ("transfer-encoding", "chunked"),
+        ]);
+        assert_eq!(inspect(false, Version::HTTP_11, &h), None);
+        let none = Policy {
+            config: Config {
+                stream_types: Arc::from(Vec::new()),
+                ..Config::default()
+            },
+            stats: DrainStats::default(),
+        };
+        let h = headers(&[
+            ("content-type", "text/event-stream"),
+            ("transfer-encoding", "chunked"),
+        ]);
+        assert_eq!(
+            none.inspect(RequestInfo::default(), Version::HTTP_11, &h),
+            None
+        );
+    }
+
+    #[tokio::test]
+    async fn a_request_budget_replaces_the_layer_budget() {
+        let policy = Policy {
+            config: Config::default(),
+            stats: DrainStats::default(),
+        };
+        let rt = Some(Handle::current());
+        let big = Some(DrainBudget::new(1 << 20, Duration::from_secs(1)));
+        let exact = SizeHint::with_exact(1 << 19);
+        assert!(matches!(
+            policy.decide(None, None, exact, rt.clone()),
+            Decision::Skip(SkipReason::OverBudget)
+        ));
+        assert!(matches!(
+            policy.decide(big, None, exact, rt.clone()),
+            Decision::Drain(..)
+        ));
+        let off = Some(DrainBudget::disabled());
+        assert!(matches!(
+            policy.decide(off, None, SizeHint::with_exact(1), rt),
+            Decision::Skip(SkipReason::Disabled)
+        ));
     }
 }

@@ -9,7 +9,7 @@ use tower_service::Service;
 use crate::body::DrainBody;
 use crate::future::ResponseFuture;
 use crate::layer::DrainOnDropLayer;
-use crate::policy::{self, Policy};
+use crate::policy::{Policy, RequestInfo};
 use crate::stats::DrainStats;
 
 /// Middleware that drains response bodies dropped before their end, so the
@@ -74,7 +74,7 @@ where
     }
 
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
-        let request_close = policy::request_wants_close(req.headers());
-        ResponseFuture::new(self.inner.call(req), self.policy.clone(), request_close)
+        let request = RequestInfo::new(&req);
+        ResponseFuture::new(self.inner.call(req), self.policy.clone(), request)
     }
 }

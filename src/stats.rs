@@ -26,10 +26,13 @@ pub(crate) enum SkipReason {
     NoRuntime,
     /// `max_concurrent_drains` drains were already running.
     Saturated,
+    /// An open-ended stream (`text/event-stream`, or another listed type):
+    /// it will not end within any budget, so it is closed at once.
+    Stream,
 }
 
 impl SkipReason {
-    const ALL: [SkipReason; 7] = [
+    const ALL: [SkipReason; 8] = [
         SkipReason::Disabled,
         SkipReason::ConnectionClose,
         SkipReason::CloseDelimited,
@@ -37,6 +40,7 @@ impl SkipReason {
         SkipReason::OverBudget,
         SkipReason::NoRuntime,
         SkipReason::Saturated,
+        SkipReason::Stream,
     ];
 
     pub(crate) fn as_str(self) -> &'static str {
@@ -48,6 +52,7 @@ impl SkipReason {
             SkipReason::OverBudget => "declared_over_budget",
             SkipReason::NoRuntime => "no_runtime",
             SkipReason::Saturated => "saturated",
+            SkipReason::Stream => "stream",
         }
     }
 }
@@ -71,10 +76,20 @@ impl Outcome {
     fn as_str(self) -> &'static str {
         match self {
             Outcome::Drained => "drained",
-            Outcome::OverBytes => "abandoned_over_bytes",
-            Outcome::OverTime => "abandoned_over_time",
-            Outcome::Cancelled => "abandoned_cancelled",
+            Outcome::OverBytes => "abandoned",
+            Outcome::OverTime => "abandoned",
+            Outcome::Cancelled => "abandoned",
             Outcome::Failed => "failed",
+        }
+    }
+
+    fn reason(self) -> &'static str {
+        match self {
+            Outcome::Drained => "end_of_body",
+            Outcome::OverBytes => "over_bytes",
+            Outcome::OverTime => "over_time",
+            Outcome::Cancelled => "runtime_shutdown",
+            Outcome::Failed => "body_error",
         }
     }
 }
@@ -89,6 +104,9 @@ struct Counters {
     over_time: AtomicU64,
     cancelled: AtomicU64,
     skipped: [AtomicU64; SkipReason::ALL.len()],
+    requests: AtomicU64,
+    reused: AtomicU64,
+    connections_opened: AtomicU64,
 }
 
 /// A cheap, cloneable handle on the counters of one [`DrainOnDropLayer`].
@@ -136,12 +154,38 @@ pub struct DrainSnapshot {
     pub bytes_drained: u64,
     /// Drains running now.
     pub in_flight: u64,
-    /// Of `abandoned`: drains stopped by the byte budget.
+    /// Of `abandoned`: more than the byte budget would have had to be read.
     pub abandoned_over_bytes: u64,
-    /// Of `abandoned`: drains stopped by the time budget.
+    /// Of `abandoned`: the time budget ran out.
     pub abandoned_over_time: u64,
+    /// Of `abandoned`: the runtime shut down while the drain ran.
+    pub abandoned_runtime_shutdown: u64,
+    /// Of `skipped`: `max_bytes` or `max_time` is zero, for the layer or
+    /// through a [`DrainBudget`](crate::DrainBudget).
+    pub skipped_disabled: u64,
+    /// Of `skipped`: `Connection: close` on the request or response, or
+    /// HTTP/1.0 without keep-alive.
+    pub skipped_connection_close: u64,
+    /// Of `skipped`: a body without length or chunking, ended by closing.
+    pub skipped_close_delimited: u64,
+    /// Of `skipped`: HTTP/2 or later.
+    pub skipped_http2: u64,
     /// Of `skipped`: the remaining length was known and above the byte budget.
     pub skipped_over_budget: u64,
+    /// Of `skipped`: an open-ended stream content type.
+    pub skipped_stream: u64,
+    /// Of `skipped`: `max_concurrent_drains` drains were running.
+    pub skipped_saturated: u64,
+    /// Of `skipped`: no runtime to drain on, or it was shutting down.
+    pub skipped_no_runtime: u64,
+    /// Responses that came through the layer on a connection opened by an
+    /// [`ObserveConnector`](crate::ObserveConnector) (0 without one).
+    pub requests: u64,
+    /// Of `requests`: responses on a connection that had carried one before.
+    pub reused: u64,
+    /// Connections opened by [`ObserveConnector`](crate::ObserveConnector)s
+    /// counting into these stats (0 without one).
+    pub connections_opened: u64,
 }
 
 impl DrainStats {
@@ -151,6 +195,7 @@ impl DrainStats {
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let over_bytes = load(&c.over_bytes);
         let over_time = load(&c.over_time);
+        let skipped = |r: SkipReason| load(&c.skipped[r as usize]);
         DrainSnapshot {
             drained: load(&c.drained),
             abandoned: over_bytes + over_time + load(&c.cancelled),
@@ -160,7 +205,34 @@ impl DrainStats {
             in_flight: load(&c.in_flight),
             abandoned_over_bytes: over_bytes,
             abandoned_over_time: over_time,
-            skipped_over_budget: load(&c.skipped[SkipReason::OverBudget as usize]),
+            abandoned_runtime_shutdown: load(&c.cancelled),
+            skipped_disabled: skipped(SkipReason::Disabled),
+            skipped_connection_close: skipped(SkipReason::ConnectionClose),
+            skipped_close_delimited: skipped(SkipReason::CloseDelimited),
+            skipped_http2: skipped(SkipReason::Http2),
+            skipped_over_budget: skipped(SkipReason::OverBudget),
+            skipped_stream: skipped(SkipReason::Stream),
+            skipped_saturated: skipped(SkipReason::Saturated),
+            skipped_no_runtime: skipped(SkipReason::NoRuntime),
+            requests: load(&c.requests),
+            reused: load(&c.reused),
+            connections_opened: load(&c.connections_opened),
+        }
+    }
+
+    /// Counts a connection opened by an observer; returns its number, from 1.
+    pub(crate) fn connection_opened(&self) -> u64 {
+        self.counters
+            .connections_opened
+            .fetch_add(1, Ordering::Relaxed)
+            + 1
+    }
+
+    /// Counts a response that arrived on an observed connection.
+    pub(crate) fn response(&self, reused: bool) {
+        self.counters.requests.fetch_add(1, Ordering::Relaxed);
+        if reused {
+            self.counters.reused.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -251,6 +323,7 @@ impl Drop for DrainPermit {
         counter.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(
             outcome = outcome.as_str(),
+            reason = outcome.reason(),
             bytes_drained = self.bytes,
             elapsed_us = u64::try_from(self.elapsed().as_micros()).unwrap_or(u64::MAX),
             "response body dropped early; drain ended"

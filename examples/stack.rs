@@ -1,0 +1,153 @@
+//! The recommended tower stack around hyper-util's client, on a built-in
+//! local server that redirects, fails with 503s and compresses:
+//!
+//! ```text
+//! Trace → Timeout → FollowRedirect → Retry → Decompression → DrainOnDrop → Client
+//! ```
+//!
+//! `cargo run --example stack` (set `RUST_LOG=drain_on_drop=debug` to see
+//! one event per early drop).
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use drain_on_drop::{ConnectionReuse, DrainOnDropLayer};
+use http::{Request, Response, StatusCode};
+use http_body_util::{BodyExt, Empty, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::service::TowerToHyperService;
+use tower::retry::Policy;
+use tower::{Service, ServiceBuilder, ServiceExt};
+use tower_http::compression::CompressionLayer;
+use tower_http::decompression::DecompressionLayer;
+use tower_http::follow_redirect::FollowRedirectLayer;
+use tower_http::trace::TraceLayer;
+
+type Error = Box<dyn std::error::Error + Send + Sync>;
+
+/// Retries 503s twice; the discarded 503 bodies are drained by the layer below.
+#[derive(Clone)]
+struct RetryOn503(usize);
+
+impl<B, E> Policy<Request<Empty<Bytes>>, Response<B>, E> for RetryOn503 {
+    type Future = std::future::Ready<()>;
+
+    fn retry(
+        &mut self,
+        _: &mut Request<Empty<Bytes>>,
+        result: &mut Result<Response<B>, E>,
+    ) -> Option<Self::Future> {
+        match result {
+            Ok(res) if res.status() == StatusCode::SERVICE_UNAVAILABLE && self.0 > 0 => {
+                self.0 -= 1;
+                Some(std::future::ready(()))
+            }
+            _ => None,
+        }
+    }
+
+    fn clone_request(&mut self, req: &Request<Empty<Bytes>>) -> Option<Request<Empty<Bytes>>> {
+        let mut clone = Request::new(Empty::new());
+        *clone.method_mut() = req.method().clone();
+        *clone.uri_mut() = req.uri().clone();
+        *clone.headers_mut() = req.headers().clone();
+        Some(clone)
+    }
+}
+
+/// `/old` redirects to `/data` with a 20 KiB page; every other `/data`
+/// request fails with a 20 KiB 503 page first; responses are gzip-compressed.
+async fn local_server() -> Result<String, Error> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let served = Arc::new(AtomicU64::new(0));
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let served = served.clone();
+            let handler = tower::service_fn(move |req: Request<hyper::body::Incoming>| {
+                let n = served.fetch_add(1, Ordering::Relaxed);
+                async move {
+                    let page = |status: StatusCode, text: &str| {
+                        let mut res = Response::new(Full::new(Bytes::from(
+                            text.repeat(20 * 1024 / text.len()),
+                        )));
+                        *res.status_mut() = status;
+                        res
+                    };
+                    let res = match req.uri().path() {
+                        "/old" => {
+                            let mut res = page(StatusCode::MOVED_PERMANENTLY, "moved ");
+                            res.headers_mut()
+                                .insert(http::header::LOCATION, "/data".parse().unwrap());
+                            res
+                        }
+                        _ if n % 2 == 1 => page(StatusCode::SERVICE_UNAVAILABLE, "busy "),
+                        _ => page(StatusCode::OK, "{\"ok\":true}"),
+                    };
+                    Ok::<_, Infallible>(res)
+                }
+            });
+            let svc = ServiceBuilder::new()
+                .layer(CompressionLayer::new())
+                .service(handler);
+            let io = TokioIo::new(stream);
+            tokio::spawn(
+                hyper::server::conn::http1::Builder::new()
+                    .serve_connection(io, TowerToHyperService::new(svc)),
+            );
+        }
+    });
+    Ok(format!("http://{addr}"))
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .init();
+    let base = local_server().await?;
+
+    let drain = DrainOnDropLayer::new();
+    let stats = drain.stats();
+    let connector = drain.observe(HttpConnector::new());
+    let client = Client::builder(TokioExecutor::new()).build::<_, Empty<Bytes>>(connector);
+    let mut svc = ServiceBuilder::new()
+        .layer(TraceLayer::new_for_http()) // outermost: one span per logical request
+        .timeout(Duration::from_secs(5)) // bounds the wait for the final response head
+        .layer(FollowRedirectLayer::new()) // drops 3xx bodies: drained below
+        .retry(RetryOn503(2)) // drops 503 bodies: drained below
+        .layer(DecompressionLayer::new()) // above the drain: drains wire bytes, never inflates them
+        .layer(drain) // innermost: sees every response the client returns
+        .service(client);
+
+    for i in 0..10 {
+        let req = Request::get(format!("{base}/old")).body(Empty::new())?;
+        let res = svc.ready().await?.call(req).await?;
+        let reused = res
+            .extensions()
+            .get::<ConnectionReuse>()
+            .is_some_and(|c| c.reused);
+        let status = res.status();
+        // Read half the requests to the end; drop the others after the head.
+        let read = if i % 2 == 0 {
+            res.into_body().collect().await?.to_bytes().len()
+        } else {
+            0
+        };
+        println!(
+            "request {i}: {status}, {read} bytes read, final hop on a reused connection: {reused}"
+        );
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await; // let the last drain end
+    let s = stats.snapshot();
+    println!(
+        "{} HTTP requests on {} connections; early drops: {} drained, {} abandoned, {} skipped, {} failed",
+        s.requests, s.connections_opened, s.drained, s.abandoned, s.skipped, s.failed
+    );
+    Ok(())
+}
