@@ -30,11 +30,7 @@ struct Args {
 }
 
 fn parse_args() -> Result<Args, Error> {
-    let mut args = Args {
-        url: None,
-        n: 100,
-        size: 64 * 1024,
-    };
+    let mut args = Args { url: None, n: 100, size: 64 * 1024 };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
@@ -43,9 +39,7 @@ fn parse_args() -> Result<Args, Error> {
             "--n" => args.n = value()?.parse()?,
             "--size" => args.size = value()?.parse()?,
             "-h" | "--help" => {
-                println!(
-                    "usage: reuse [--url http://host:port/path] [--n REQUESTS] [--size BODY_BYTES]"
-                );
+                println!("usage: reuse [--url http://host:port/path] [--n REQUESTS] [--size BODY_BYTES]");
                 std::process::exit(0);
             }
             other => return Err(format!("unknown argument {other} (try --help)").into()),
@@ -68,8 +62,7 @@ async fn local_server(size: usize) -> Result<Uri, Error> {
                 async move { Ok::<_, Infallible>(http::Response::new(Full::new(body))) }
             });
             tokio::spawn(
-                hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service),
+                hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service),
             );
         }
     });
@@ -127,10 +120,7 @@ async fn main() -> Result<(), Error> {
         Some(url) => url,
         None => {
             let url = local_server(args.size).await?;
-            println!(
-                "local server at {url}, bodies of {} bytes, dropped unread",
-                args.size
-            );
+            println!("local server at {url}, bodies of {} bytes, dropped unread", args.size);
             url
         }
     };
@@ -141,12 +131,6 @@ async fn main() -> Result<(), Error> {
         DrainOnDropLayer::new().max_bytes(0),
     )
     .await?;
-    run(
-        "with DrainOnDropLayer::new() (256 KiB, 50 ms):",
-        &url,
-        args.n,
-        DrainOnDropLayer::new(),
-    )
-    .await?;
+    run("with DrainOnDropLayer::new() (256 KiB, 50 ms):", &url, args.n, DrainOnDropLayer::new()).await?;
     Ok(())
 }

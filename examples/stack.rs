@@ -73,17 +73,15 @@ async fn local_server() -> Result<String, Error> {
                 let n = served.fetch_add(1, Ordering::Relaxed);
                 async move {
                     let page = |status: StatusCode, text: &str| {
-                        let mut res = Response::new(Full::new(Bytes::from(
-                            text.repeat(20 * 1024 / text.len()),
-                        )));
+                        let mut res =
+                            Response::new(Full::new(Bytes::from(text.repeat(20 * 1024 / text.len()))));
                         *res.status_mut() = status;
                         res
                     };
                     let res = match req.uri().path() {
                         "/old" => {
                             let mut res = page(StatusCode::MOVED_PERMANENTLY, "moved ");
-                            res.headers_mut()
-                                .insert(http::header::LOCATION, "/data".parse().unwrap());
+                            res.headers_mut().insert(http::header::LOCATION, "/data".parse().unwrap());
                             res
                         }
                         _ if n % 2 == 1 => page(StatusCode::SERVICE_UNAVAILABLE, "busy "),
@@ -92,9 +90,7 @@ async fn local_server() -> Result<String, Error> {
                     Ok::<_, Infallible>(res)
                 }
             });
-            let svc = ServiceBuilder::new()
-                .layer(CompressionLayer::new())
-                .service(handler);
+            let svc = ServiceBuilder::new().layer(CompressionLayer::new()).service(handler);
             let io = TokioIo::new(stream);
             tokio::spawn(
                 hyper::server::conn::http1::Builder::new()
@@ -107,9 +103,7 @@ async fn local_server() -> Result<String, Error> {
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .init();
+    tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::from_default_env()).init();
     let base = local_server().await?;
 
     let drain = DrainOnDropLayer::new();
@@ -128,20 +122,11 @@ async fn main() -> Result<(), Error> {
     for i in 0..10 {
         let req = Request::get(format!("{base}/old")).body(Empty::new())?;
         let res = svc.ready().await?.call(req).await?;
-        let reused = res
-            .extensions()
-            .get::<ConnectionReuse>()
-            .is_some_and(|c| c.reused);
+        let reused = res.extensions().get::<ConnectionReuse>().is_some_and(|c| c.reused);
         let status = res.status();
         // Read half the requests to the end; drop the others after the head.
-        let read = if i % 2 == 0 {
-            res.into_body().collect().await?.to_bytes().len()
-        } else {
-            0
-        };
-        println!(
-            "request {i}: {status}, {read} bytes read, final hop on a reused connection: {reused}"
-        );
+        let read = if i % 2 == 0 { res.into_body().collect().await?.to_bytes().len() } else { 0 };
+        println!("request {i}: {status}, {read} bytes read, final hop on a reused connection: {reused}");
     }
     tokio::time::sleep(Duration::from_millis(100)).await; // let the last drain end
     let s = stats.snapshot();

@@ -2,11 +2,13 @@ use std::fmt;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Instant;
 
 use bytes::Buf;
 use http_body::{Body, Frame, SizeHint};
 use tokio::runtime::Handle;
 
+use crate::adaptive::Origin;
 use crate::budget::DrainBudget;
 use crate::drain;
 use crate::policy::{Decision, Policy};
@@ -48,6 +50,8 @@ struct DropContext {
     head: Option<SkipReason>,
     /// The request's own budget, overriding the layer's.
     budget: Option<DrainBudget>,
+    /// In adaptive mode: the origin, and when the head arrived.
+    origin: Option<(Arc<Origin>, Instant)>,
     /// Data bytes the caller read, for the tracing event.
     caller_read: u64,
 }
@@ -61,6 +65,7 @@ where
         policy: Arc<Policy>,
         head: Option<SkipReason>,
         budget: Option<DrainBudget>,
+        origin: Option<Arc<Origin>>,
     ) -> Self {
         // Nothing is left to drain (HEAD, 204, 304, `Content-Length: 0`): no
         // runtime handle, no state, nothing at the drop.
@@ -70,15 +75,12 @@ where
                 handle: Handle::try_current().ok(),
                 head,
                 budget,
+                origin: origin.map(|o| (o, Instant::now())),
                 caller_read: 0,
             },
             run: early_drop::<B>,
         });
-        DrainBody {
-            inner: Some(inner),
-            on_drop,
-            ended: false,
-        }
+        DrainBody { inner: Some(inner), on_drop, ended: false }
     }
 }
 
@@ -92,11 +94,10 @@ where
     if inner.is_end_stream() {
         return;
     }
-    match ctx
-        .policy
-        .decide(ctx.budget, ctx.head, inner.size_hint(), ctx.handle)
-    {
-        Decision::Drain(handle, budget, permit) => drain::spawn(&handle, inner, budget, permit),
+    let origin = ctx.origin.map(|(origin, _)| origin);
+    let remaining = inner.size_hint();
+    match ctx.policy.decide(ctx.budget, origin.as_deref(), ctx.head, remaining, ctx.handle) {
+        Decision::Drain(handle, budget, permit) => drain::spawn(&handle, inner, budget, permit, origin),
         Decision::Skip(reason) => {
             drop(inner);
             ctx.policy.stats.skip(reason, ctx.caller_read);
@@ -107,9 +108,7 @@ where
 impl<B> DrainBody<B> {
     /// The inner body.
     pub fn get_ref(&self) -> &B {
-        self.inner
-            .as_ref()
-            .expect("inner body is present until drop")
+        self.inner.as_ref().expect("inner body is present until drop")
     }
 }
 
@@ -131,19 +130,20 @@ where
         let polled = Pin::new(&mut *inner).poll_frame(cx);
         match &polled {
             Poll::Ready(Some(Ok(frame))) => {
-                if inner.is_end_stream() {
-                    this.on_drop = None;
-                } else if let (Some(on_drop), Some(data)) =
-                    (this.on_drop.as_mut(), frame.data_ref())
-                {
-                    on_drop.ctx.caller_read += data.remaining() as u64;
+                if let Some(on_drop) = this.on_drop.as_mut() {
+                    if let Some(data) = frame.data_ref() {
+                        on_drop.ctx.caller_read += data.remaining() as u64;
+                    }
+                    if inner.is_end_stream() {
+                        this.read_to_end();
+                    }
                 }
             }
-            // The end, or an error: the connection's fate is settled either way.
             Poll::Ready(None) => {
                 this.ended = true;
-                this.on_drop = None;
+                this.read_to_end();
             }
+            // The connection's fate is settled: hyper closes it.
             Poll::Ready(Some(Err(_))) => this.on_drop = None,
             Poll::Pending => {}
         }
@@ -158,6 +158,18 @@ where
         match &self.inner {
             Some(inner) if !self.ended => inner.size_hint(),
             _ => SizeHint::with_exact(0),
+        }
+    }
+}
+
+impl<B> DrainBody<B> {
+    /// The caller reached the end: nothing to do at the drop; in adaptive
+    /// mode the read is a throughput sample for the origin.
+    fn read_to_end(&mut self) {
+        if let Some(OnEarlyDrop { ctx, .. }) = self.on_drop.take()
+            && let Some((origin, head_at)) = ctx.origin
+        {
+            origin.record_transfer(ctx.caller_read, head_at.elapsed());
         }
     }
 }

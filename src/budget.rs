@@ -33,10 +33,7 @@ impl DrainBudget {
     /// A budget of `max_bytes` data bytes and `max_time` from the drop. A
     /// zero in either disables draining for the request.
     pub fn new(max_bytes: u64, max_time: Duration) -> Self {
-        DrainBudget {
-            max_bytes,
-            max_time,
-        }
+        DrainBudget { max_bytes, max_time }
     }
 
     /// Never drain this request's response: an early drop closes the

@@ -3,11 +3,13 @@
 
 use std::future::poll_fn;
 use std::pin::Pin;
+use std::sync::Arc;
 
 use bytes::Buf;
 use http_body::Body;
 use tokio::runtime::Handle;
 
+use crate::adaptive::Origin;
 use crate::policy::Budget;
 use crate::stats::{DrainPermit, Outcome};
 
@@ -16,8 +18,13 @@ use crate::stats::{DrainPermit, Outcome};
 /// Never blocks. If the runtime is shutting down the task is dropped unpolled,
 /// which drops the body (hyper closes the connection) and the permit counts
 /// the drop as skipped.
-pub(crate) fn spawn<B>(handle: &Handle, body: B, budget: Budget, mut permit: DrainPermit)
-where
+pub(crate) fn spawn<B>(
+    handle: &Handle,
+    body: B,
+    budget: Budget,
+    mut permit: DrainPermit,
+    origin: Option<Arc<Origin>>,
+) where
     B: Body + Send + Unpin + 'static,
 {
     // The join handle is dropped: the task is detached and ends by itself at
@@ -25,13 +32,14 @@ where
     drop(handle.spawn(async move {
         permit.running();
         let outcome = match budget.deadline {
-            Some(deadline) => {
-                tokio::time::timeout_at(deadline, drain(body, budget.max_bytes, &mut permit))
-                    .await
-                    .unwrap_or(Outcome::OverTime)
-            }
+            Some(deadline) => tokio::time::timeout_at(deadline, drain(body, budget.max_bytes, &mut permit))
+                .await
+                .unwrap_or(Outcome::OverTime),
             None => drain(body, budget.max_bytes, &mut permit).await,
         };
+        if let Some(origin) = origin {
+            origin.record_transfer(permit.bytes(), permit.elapsed());
+        }
         permit.finish(outcome);
     }));
 }

@@ -28,11 +28,7 @@ pin_project! {
 
 impl<F> ResponseFuture<F> {
     pub(crate) fn new(inner: F, policy: Arc<Policy>, request: RequestInfo) -> Self {
-        ResponseFuture {
-            inner,
-            policy: Some(policy),
-            request,
-        }
+        ResponseFuture { inner, policy: Some(policy), request }
     }
 }
 
@@ -46,25 +42,21 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let mut response = ready!(this.inner.poll(cx))?;
-        let policy = this
-            .policy
-            .take()
-            .expect("ResponseFuture polled after completion");
-        if let Some(conn) = ConnectionTag::take(response.extensions_mut()) {
+        let policy = this.policy.take().expect("ResponseFuture polled after completion");
+        let reuse = ConnectionTag::take(response.extensions_mut());
+        if let Some(conn) = reuse {
             policy.stats.response(conn.reused);
         }
-        let head = policy.inspect(*this.request, response.version(), response.headers());
-        let budget = this.request.budget;
-        Poll::Ready(Ok(
-            response.map(|body| DrainBody::new(body, policy, head, budget))
-        ))
+        let request = std::mem::take(this.request);
+        let origin = policy.observe_head(&request, reuse, response.extensions());
+        let head = policy.inspect(&request, response.version(), response.headers());
+        let budget = request.budget;
+        Poll::Ready(Ok(response.map(|body| DrainBody::new(body, policy, head, budget, origin))))
     }
 }
 
 impl<F> std::fmt::Debug for ResponseFuture<F> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ResponseFuture")
-            .field("request", &self.request)
-            .finish_non_exhaustive()
+        f.debug_struct("ResponseFuture").field("request", &self.request).finish_non_exhaustive()
     }
 }

@@ -34,10 +34,7 @@ impl DrainOnDropLayer {
     /// choice), and at most 1024 drains running at once.
     pub fn new() -> Self {
         DrainOnDropLayer {
-            policy: Arc::new(Policy {
-                config: Config::default(),
-                stats: DrainStats::default(),
-            }),
+            policy: Arc::new(Policy { config: Config::default(), stats: DrainStats::default() }),
         }
     }
 
@@ -59,7 +56,10 @@ impl DrainOnDropLayer {
     /// let layer = DrainOnDropLayer::new().max_bytes(64 * 1024);
     /// ```
     pub fn max_bytes(self, max_bytes: u64) -> Self {
-        self.config(|c| c.max_bytes = max_bytes)
+        self.config(|c| {
+            c.max_bytes = max_bytes;
+            c.explicit_bytes = true;
+        })
     }
 
     /// Time budget: a drain is abandoned this long after the body was
@@ -74,7 +74,10 @@ impl DrainOnDropLayer {
     /// let layer = DrainOnDropLayer::new().max_time(Duration::from_millis(250));
     /// ```
     pub fn max_time(self, max_time: Duration) -> Self {
-        self.config(|c| c.max_time = max_time)
+        self.config(|c| {
+            c.max_time = max_time;
+            c.explicit_time = true;
+        })
     }
 
     /// The most drains running at once, across every service built from this
@@ -118,11 +121,47 @@ impl DrainOnDropLayer {
         I: IntoIterator,
         I::Item: Into<String>,
     {
-        let types: Vec<String> = types
-            .into_iter()
-            .map(|t| t.into().trim().to_ascii_lowercase())
-            .collect();
+        let types: Vec<String> = types.into_iter().map(|t| t.into().trim().to_ascii_lowercase()).collect();
         self.config(|c| c.stream_types = Arc::from(types))
+    }
+
+    /// Switches to adaptive budgets: drain only when reading the rest is
+    /// expected to cost less than a new connection, per origin.
+    ///
+    /// For each origin (scheme and authority) the layer keeps running
+    /// estimates of
+    /// - the **setup cost** of a new connection: time from the call to the
+    ///   response head on new connections minus that on reused ones (half
+    ///   the former until a reused connection was seen). New and reused
+    ///   connections are told apart by the connection's local address in
+    ///   hyper-util's `HttpInfo` (which `HttpConnector`, and TLS connectors
+    ///   built on it, provide), or by an [`ObserveConnector`] when installed;
+    /// - the **throughput**: bytes per second of drains and of bodies that
+    ///   callers read to the end (transfers of 16 KiB or more).
+    ///
+    /// A drain then gets a time budget of the setup cost (times 1.0) and a
+    /// byte budget of what the throughput moves in that time; a body whose
+    /// remaining length is known and larger is not drained at all. Until an
+    /// origin has been seen on a new connection, the fixed budgets apply.
+    ///
+    /// [`max_bytes`](Self::max_bytes) and [`max_time`](Self::max_time), when
+    /// set, are hard ceilings; otherwise the ceilings are 4 MiB and 1 s. At
+    /// most 256 origins are tracked per layer, least recently used forgotten
+    /// first. Estimates are visible in [`DrainStats::origins`].
+    ///
+    /// Works on a plain `Client::builder(TokioExecutor::new()).build(connector)`
+    /// with `HttpConnector` or an HTTPS connector built on it. Default is off.
+    ///
+    /// ```
+    /// # use drain_on_drop::DrainOnDropLayer;
+    /// // Adaptive, never more than 2 MiB or 500 ms per drain.
+    /// let layer = DrainOnDropLayer::new()
+    ///     .adaptive()
+    ///     .max_bytes(2 * 1024 * 1024)
+    ///     .max_time(std::time::Duration::from_millis(500));
+    /// ```
+    pub fn adaptive(self) -> Self {
+        self.config(|c| c.adaptive = true)
     }
 
     /// Wraps a hyper-util connector in an [`ObserveConnector`] counting into

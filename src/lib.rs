@@ -60,6 +60,16 @@
 //! precious. A body whose remaining `Content-Length` is above the budget is
 //! not read at all.
 //!
+//! # Adaptive budgets
+//!
+//! Every fixed budget is wrong somewhere: on a LAN draining 1 MiB steals the
+//! link from the next request and costs more than a new connection; across
+//! regions a new connection costs TCP and TLS round trips and draining wins.
+//! [`DrainOnDropLayer::adaptive`] keeps, per origin, an estimate of what a new
+//! connection costs and of the throughput, and gives each drain a time budget
+//! of the setup cost and a byte budget of what the link moves in that time.
+//! [`DrainStats::origins`] shows the estimates and the current threshold.
+//!
 //! # Where the layer goes
 //!
 //! Innermost, directly around the client. It must see the body type the
@@ -133,6 +143,7 @@
 
 #![forbid(unsafe_code)]
 
+mod adaptive;
 mod body;
 mod budget;
 mod drain;
@@ -143,6 +154,7 @@ mod policy;
 mod service;
 mod stats;
 
+pub use adaptive::OriginSnapshot;
 pub use body::DrainBody;
 pub use budget::DrainBudget;
 pub use future::ResponseFuture;

@@ -129,9 +129,7 @@ impl<C> ObserveConnector<C> {
 
 impl<C: fmt::Debug> fmt::Debug for ObserveConnector<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ObserveConnector")
-            .field("inner", &self.inner)
-            .finish_non_exhaustive()
+        f.debug_struct("ObserveConnector").field("inner", &self.inner).finish_non_exhaustive()
     }
 }
 
@@ -148,11 +146,7 @@ where
     }
 
     fn call(&mut self, dst: Uri) -> Self::Future {
-        ConnectFuture {
-            inner: self.inner.call(dst),
-            stats: self.stats.clone(),
-            started: Instant::now(),
-        }
+        ConnectFuture { inner: self.inner.call(dst), stats: self.stats.clone(), started: Instant::now() }
     }
 }
 
@@ -211,9 +205,7 @@ impl<T> ObservedConnection<T> {
 
 impl<T> fmt::Debug for ObservedConnection<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ObservedConnection")
-            .field("id", &self.tag.0.id)
-            .finish_non_exhaustive()
+        f.debug_struct("ObservedConnection").field("id", &self.tag.0.id).finish_non_exhaustive()
     }
 }
 
@@ -234,11 +226,7 @@ impl<T: Read> Read for ObservedConnection<T> {
 }
 
 impl<T: Write> Write for ObservedConnection<T> {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
         self.project().inner.poll_write(cx, buf)
     }
 

@@ -8,15 +8,18 @@
 //! either a reason to skip or a budget and a permit to drain.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant as StdInstant};
 
 use http::header::{CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, TRANSFER_ENCODING};
-use http::{HeaderMap, Request, Version};
+use http::{Extensions, HeaderMap, Request, Version};
 use http_body::SizeHint;
+use hyper_util::client::legacy::connect::HttpInfo;
 use tokio::runtime::Handle;
 use tokio::time::Instant;
 
+use crate::adaptive::{self, Origin, OriginKey};
 use crate::budget::DrainBudget;
+use crate::observe::ConnectionReuse;
 use crate::stats::{DrainPermit, DrainStats, SkipReason};
 
 /// The layer's settings.
@@ -27,6 +30,22 @@ pub(crate) struct Config {
     pub(crate) max_concurrent_drains: usize,
     /// Media types (lowercase, no parameters) of open-ended streams.
     pub(crate) stream_types: Arc<[String]>,
+    /// Budgets follow per-origin estimates (see `adaptive.rs`).
+    pub(crate) adaptive: bool,
+    /// `max_bytes` / `max_time` were set by the user: in adaptive mode they
+    /// are the ceilings, otherwise the adaptive defaults are.
+    pub(crate) explicit_bytes: bool,
+    pub(crate) explicit_time: bool,
+}
+
+impl Config {
+    /// The most an adaptive drain may spend.
+    pub(crate) fn ceiling(&self) -> DrainBudget {
+        DrainBudget::new(
+            if self.explicit_bytes { self.max_bytes } else { adaptive::DEFAULT_CEILING_BYTES },
+            if self.explicit_time { self.max_time } else { adaptive::DEFAULT_CEILING_TIME },
+        )
+    }
 }
 
 impl Default for Config {
@@ -36,24 +55,34 @@ impl Default for Config {
             max_time: Duration::from_millis(50),
             max_concurrent_drains: 1024,
             stream_types: Arc::from(vec!["text/event-stream".to_string()]),
+            adaptive: false,
+            explicit_bytes: false,
+            explicit_time: false,
         }
     }
 }
 
 /// What the request says about its response's drain, read in `call`.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct RequestInfo {
     /// The request carries `Connection: close`.
     close: bool,
     /// A per-request [`DrainBudget`] from the extensions.
     pub(crate) budget: Option<DrainBudget>,
+    /// In adaptive mode: the origin and when the request was sent.
+    adaptive: Option<(OriginKey, StdInstant)>,
 }
 
 impl RequestInfo {
-    pub(crate) fn new<B>(req: &Request<B>) -> Self {
+    pub(crate) fn new<B>(req: &Request<B>, config: &Config) -> Self {
         RequestInfo {
             close: has_token(req.headers(), "close"),
             budget: req.extensions().get::<DrainBudget>().copied(),
+            adaptive: config
+                .adaptive
+                .then(|| OriginKey::from_uri(req.uri()))
+                .flatten()
+                .map(|key| (key, StdInstant::now())),
         }
     }
 }
@@ -90,17 +119,14 @@ impl Policy {
     pub(crate) fn decide(
         &self,
         budget: Option<DrainBudget>,
+        origin: Option<&Origin>,
         head: Option<SkipReason>,
         remaining: SizeHint,
         runtime: Option<Handle>,
     ) -> Decision {
-        let DrainBudget {
-            max_bytes,
-            max_time,
-        } = budget.unwrap_or(DrainBudget::new(
-            self.config.max_bytes,
-            self.config.max_time,
-        ));
+        let DrainBudget { max_bytes, max_time } = budget
+            .or_else(|| origin?.budget(self.config.ceiling()))
+            .unwrap_or(DrainBudget::new(self.config.max_bytes, self.config.max_time));
         if max_bytes == 0 || max_time.is_zero() {
             return Decision::Skip(SkipReason::Disabled);
         }
@@ -118,21 +144,33 @@ impl Policy {
         let Some(permit) = self.stats.try_start(self.config.max_concurrent_drains) else {
             return Decision::Skip(SkipReason::Saturated);
         };
-        let budget = Budget {
-            max_bytes,
-            deadline: Instant::now().checked_add(max_time),
-        };
+        let budget = Budget { max_bytes, deadline: Instant::now().checked_add(max_time) };
         Decision::Drain(runtime, budget, permit)
     }
 }
 
 impl Policy {
+    /// In adaptive mode, feeds the response head's timing to its origin's
+    /// estimates and returns the origin for the body to report to.
+    pub(crate) fn observe_head(
+        &self,
+        request: &RequestInfo,
+        reuse: Option<ConnectionReuse>,
+        extensions: &Extensions,
+    ) -> Option<Arc<Origin>> {
+        let (key, sent) = request.adaptive.as_ref()?;
+        let origin = self.stats.origin_table().get(key, self.config.ceiling());
+        let local_addr = extensions.get::<HttpInfo>().map(HttpInfo::local_addr);
+        origin.record_head(sent.elapsed(), reuse.map(|r| (r.reused, r.setup_time)), local_addr);
+        Some(origin)
+    }
+
     /// Reads the response head, and what the request said, for a reason why
     /// this connection will not be reused, or this body will not end, whatever
     /// a drain does.
     pub(crate) fn inspect(
         &self,
-        request: RequestInfo,
+        request: &RequestInfo,
         version: Version,
         headers: &HeaderMap,
     ) -> Option<SkipReason> {
@@ -170,11 +208,10 @@ impl Policy {
 
 /// Whether any `Connection` header lists `token` (case-insensitive).
 fn has_token(headers: &HeaderMap, token: &str) -> bool {
-    headers.get_all(CONNECTION).iter().any(|value| {
-        value
-            .to_str()
-            .is_ok_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
-    })
+    headers
+        .get_all(CONNECTION)
+        .iter()
+        .any(|value| value.to_str().is_ok_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case(token))))
 }
 
 /// Whether the last transfer coding is `chunked`, as hyper requires.
@@ -194,15 +231,9 @@ mod tests {
     use http::HeaderValue;
 
     fn inspect(request_close: bool, version: Version, headers: &HeaderMap) -> Option<SkipReason> {
-        let policy = Policy {
-            config: Config::default(),
-            stats: DrainStats::default(),
-        };
-        let request = RequestInfo {
-            close: request_close,
-            budget: None,
-        };
-        policy.inspect(request, version, headers)
+        let policy = Policy { config: Config::default(), stats: DrainStats::default() };
+        let request = RequestInfo { close: request_close, ..RequestInfo::default() };
+        policy.inspect(&request, version, headers)
     }
 
     fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
@@ -216,25 +247,15 @@ mod tests {
     #[test]
     fn connection_tokens_are_matched_case_insensitively_in_any_header() {
         let h = headers(&[("connection", "Upgrade"), ("connection", "foo, CLOSE")]);
-        assert_eq!(
-            inspect(false, Version::HTTP_11, &h),
-            Some(SkipReason::ConnectionClose)
-        );
+        assert_eq!(inspect(false, Version::HTTP_11, &h), Some(SkipReason::ConnectionClose));
         let h = headers(&[("connection", "closed"), ("content-length", "3")]);
-        assert_eq!(
-            inspect(false, Version::HTTP_11, &h),
-            None,
-            "'closed' is not 'close'"
-        );
+        assert_eq!(inspect(false, Version::HTTP_11, &h), None, "'closed' is not 'close'");
     }
 
     #[test]
     fn http10_needs_keep_alive() {
         let h = headers(&[("content-length", "3")]);
-        assert_eq!(
-            inspect(false, Version::HTTP_10, &h),
-            Some(SkipReason::ConnectionClose)
-        );
+        assert_eq!(inspect(false, Version::HTTP_10, &h), Some(SkipReason::ConnectionClose));
         let h = headers(&[("content-length", "3"), ("connection", "Keep-Alive")]);
         assert_eq!(inspect(false, Version::HTTP_10, &h), None);
     }
@@ -242,39 +263,25 @@ mod tests {
     #[test]
     fn framing_decides_close_delimited() {
         let none = headers(&[]);
-        assert_eq!(
-            inspect(false, Version::HTTP_11, &none),
-            Some(SkipReason::CloseDelimited)
-        );
+        assert_eq!(inspect(false, Version::HTTP_11, &none), Some(SkipReason::CloseDelimited));
         let chunked = headers(&[("transfer-encoding", "gzip, chunked")]);
         assert_eq!(inspect(false, Version::HTTP_11, &chunked), None);
         let not_last = headers(&[("transfer-encoding", "chunked, gzip")]);
-        assert_eq!(
-            inspect(false, Version::HTTP_11, &not_last),
-            Some(SkipReason::CloseDelimited)
-        );
+        assert_eq!(inspect(false, Version::HTTP_11, &not_last), Some(SkipReason::CloseDelimited));
     }
 
     #[test]
     fn http2_and_request_close_skip() {
         let h = headers(&[("content-length", "3")]);
         assert_eq!(inspect(false, Version::HTTP_2, &h), Some(SkipReason::Http2));
-        assert_eq!(
-            inspect(true, Version::HTTP_11, &h),
-            Some(SkipReason::ConnectionClose)
-        );
+        assert_eq!(inspect(true, Version::HTTP_11, &h), Some(SkipReason::ConnectionClose));
     }
 
     #[tokio::test]
     async fn budget_checks_come_in_order() {
         let rt = || Some(Handle::current());
         let policy = |max_bytes, max_time| Policy {
-            config: Config {
-                max_bytes,
-                max_time,
-                max_concurrent_drains: 1,
-                ..Config::default()
-            },
+            config: Config { max_bytes, max_time, max_concurrent_drains: 1, ..Config::default() },
             stats: DrainStats::default(),
         };
         let ms = Duration::from_millis;
@@ -284,38 +291,29 @@ mod tests {
         };
         let exact = SizeHint::with_exact;
         assert_eq!(
-            skip(policy(0, ms(50)).decide(None, None, exact(1), rt())),
+            skip(policy(0, ms(50)).decide(None, None, None, exact(1), rt())),
             Some(SkipReason::Disabled)
         );
         assert_eq!(
-            skip(policy(10, ms(0)).decide(None, None, exact(1), rt())),
+            skip(policy(10, ms(0)).decide(None, None, None, exact(1), rt())),
             Some(SkipReason::Disabled)
         );
         assert_eq!(
-            skip(policy(10, ms(50)).decide(None, None, exact(11), rt())),
+            skip(policy(10, ms(50)).decide(None, None, None, exact(11), rt())),
             Some(SkipReason::OverBudget)
         );
         assert_eq!(
-            skip(policy(10, ms(50)).decide(None, None, exact(10), None)),
+            skip(policy(10, ms(50)).decide(None, None, None, exact(10), None)),
             Some(SkipReason::NoRuntime)
         );
         let p = policy(10, ms(50));
-        let first = p.decide(None, None, exact(10), rt());
-        assert!(
-            matches!(first, Decision::Drain(..)),
-            "exactly the budget is drained"
-        );
-        assert_eq!(
-            skip(p.decide(None, None, exact(1), rt())),
-            Some(SkipReason::Saturated)
-        );
+        let first = p.decide(None, None, None, exact(10), rt());
+        assert!(matches!(first, Decision::Drain(..)), "exactly the budget is drained");
+        assert_eq!(skip(p.decide(None, None, None, exact(1), rt())), Some(SkipReason::Saturated));
         drop(first);
-        assert!(
-            matches!(p.decide(None, None, exact(1), rt()), Decision::Drain(..)),
-            "slot freed"
-        );
+        assert!(matches!(p.decide(None, None, None, exact(1), rt()), Decision::Drain(..)), "slot freed");
         let huge = policy(10, Duration::MAX);
-        match huge.decide(None, None, SizeHint::new(), rt()) {
+        match huge.decide(None, None, None, SizeHint::new(), rt()) {
             Decision::Drain(_, budget, _) => assert!(budget.deadline.is_none()),
             Decision::Skip(r) => panic!("unexpected skip {r:?}"),
         }
@@ -327,52 +325,31 @@ mod tests {
             ("content-type", "Text/Event-Stream; charset=utf-8"),
             ("transfer-encoding", "chunked"),
         ]);
-        assert_eq!(
-            inspect(false, Version::HTTP_11, &h),
-            Some(SkipReason::Stream)
-        );
-        let h = headers(&[
-            ("content-type", "text/event-streamer"),
-            ("transfer-encoding", "chunked"),
-        ]);
+        assert_eq!(inspect(false, Version::HTTP_11, &h), Some(SkipReason::Stream));
+        let h = headers(&[("content-type", "text/event-streamer"), ("transfer-encoding", "chunked")]);
         assert_eq!(inspect(false, Version::HTTP_11, &h), None);
         let none = Policy {
-            config: Config {
-                stream_types: Arc::from(Vec::new()),
-                ..Config::default()
-            },
+            config: Config { stream_types: Arc::from(Vec::new()), ..Config::default() },
             stats: DrainStats::default(),
         };
-        let h = headers(&[
-            ("content-type", "text/event-stream"),
-            ("transfer-encoding", "chunked"),
-        ]);
-        assert_eq!(
-            none.inspect(RequestInfo::default(), Version::HTTP_11, &h),
-            None
-        );
+        let h = headers(&[("content-type", "text/event-stream"), ("transfer-encoding", "chunked")]);
+        assert_eq!(none.inspect(&RequestInfo::default(), Version::HTTP_11, &h), None);
     }
 
     #[tokio::test]
     async fn a_request_budget_replaces_the_layer_budget() {
-        let policy = Policy {
-            config: Config::default(),
-            stats: DrainStats::default(),
-        };
+        let policy = Policy { config: Config::default(), stats: DrainStats::default() };
         let rt = Some(Handle::current());
         let big = Some(DrainBudget::new(1 << 20, Duration::from_secs(1)));
         let exact = SizeHint::with_exact(1 << 19);
         assert!(matches!(
-            policy.decide(None, None, exact, rt.clone()),
+            policy.decide(None, None, None, exact, rt.clone()),
             Decision::Skip(SkipReason::OverBudget)
         ));
-        assert!(matches!(
-            policy.decide(big, None, exact, rt.clone()),
-            Decision::Drain(..)
-        ));
+        assert!(matches!(policy.decide(big, None, None, exact, rt.clone()), Decision::Drain(..)));
         let off = Some(DrainBudget::disabled());
         assert!(matches!(
-            policy.decide(off, None, SizeHint::with_exact(1), rt),
+            policy.decide(off, None, None, SizeHint::with_exact(1), rt),
             Decision::Skip(SkipReason::Disabled)
         ));
     }

@@ -74,7 +74,7 @@ where
     }
 
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
-        let request = RequestInfo::new(&req);
+        let request = RequestInfo::new(&req, &self.policy.config);
         ResponseFuture::new(self.inner.call(req), self.policy.clone(), request)
     }
 }

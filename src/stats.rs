@@ -2,6 +2,8 @@
 //! tracing event that reports every early drop's outcome.
 
 use std::fmt;
+
+use crate::adaptive::{OriginSnapshot, Origins};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -107,6 +109,7 @@ struct Counters {
     requests: AtomicU64,
     reused: AtomicU64,
     connections_opened: AtomicU64,
+    origins: Origins,
 }
 
 /// A cheap, cloneable handle on the counters of one [`DrainOnDropLayer`].
@@ -220,12 +223,20 @@ impl DrainStats {
         }
     }
 
+    /// Per-origin estimates of the adaptive mode
+    /// ([`DrainOnDropLayer::adaptive`](crate::DrainOnDropLayer::adaptive)),
+    /// sorted by origin; empty otherwise.
+    pub fn origins(&self) -> Vec<OriginSnapshot> {
+        self.counters.origins.snapshot()
+    }
+
+    pub(crate) fn origin_table(&self) -> &Origins {
+        &self.counters.origins
+    }
+
     /// Counts a connection opened by an observer; returns its number, from 1.
     pub(crate) fn connection_opened(&self) -> u64 {
-        self.counters
-            .connections_opened
-            .fetch_add(1, Ordering::Relaxed)
-            + 1
+        self.counters.connections_opened.fetch_add(1, Ordering::Relaxed) + 1
     }
 
     /// Counts a response that arrived on an observed connection.
@@ -253,11 +264,7 @@ impl DrainStats {
     pub(crate) fn try_start(&self, limit: usize) -> Option<DrainPermit> {
         let in_flight = &self.counters.in_flight;
         let limit = u64::try_from(limit).unwrap_or(u64::MAX);
-        in_flight
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < limit).then_some(n + 1)
-            })
-            .ok()?;
+        in_flight.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < limit).then_some(n + 1)).ok()?;
         Some(DrainPermit {
             stats: self.clone(),
             started_at: Instant::now(),

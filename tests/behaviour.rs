@@ -32,13 +32,7 @@ async fn drop_unread(
     let stats = layer.stats();
     let mut svc = ServiceBuilder::new().layer(layer).service(client);
     for _ in 0..n {
-        let res = svc
-            .ready()
-            .await
-            .unwrap()
-            .call(get(server.uri(path)))
-            .await
-            .unwrap();
+        let res = svc.ready().await.unwrap().call(get(server.uri(path))).await.unwrap();
         assert!(res.status().is_success() || res.status() == StatusCode::NOT_MODIFIED);
         drop(res);
     }
@@ -50,14 +44,8 @@ async fn drop_unread(
 async fn body_declared_over_budget_is_not_read_and_costs_a_connection() {
     let server = RawServer::start(|_| content_length(1, 1024 * KIB)).await;
     let (conns, snap) = drop_unread(&server, DrainOnDropLayer::new(), "/", 10).await;
-    assert_eq!(
-        conns, 10,
-        "a 1 MiB body over the 256 KiB budget closes its connection"
-    );
-    assert_eq!(
-        snap.bytes_drained, 0,
-        "no byte of an over-budget body is read: {snap:?}"
-    );
+    assert_eq!(conns, 10, "a 1 MiB body over the 256 KiB budget closes its connection");
+    assert_eq!(snap.bytes_drained, 0, "no byte of an over-budget body is read: {snap:?}");
     assert_eq!(snap.skipped_over_budget, 10, "{snap:?}");
     assert_eq!(snap.skipped, 10, "{snap:?}");
 }
@@ -65,14 +53,9 @@ async fn body_declared_over_budget_is_not_read_and_costs_a_connection() {
 #[tokio::test]
 async fn larger_budgets_make_large_bodies_reusable() {
     let server = RawServer::start(|_| content_length(1, 1024 * KIB)).await;
-    let layer = DrainOnDropLayer::new()
-        .max_bytes(2 * 1024 * 1024)
-        .max_time(Duration::from_secs(5));
+    let layer = DrainOnDropLayer::new().max_bytes(2 * 1024 * 1024).max_time(Duration::from_secs(5));
     let (conns, snap) = drop_unread(&server, layer, "/", 10).await;
-    assert!(
-        conns <= 2,
-        "1 MiB bodies under a 2 MiB budget are drained and reused, got {conns} connections"
-    );
+    assert!(conns <= 2, "1 MiB bodies under a 2 MiB budget are drained and reused, got {conns} connections");
     assert_eq!(snap.drained, 10, "{snap:?}");
     assert_eq!(snap.bytes_drained, 10 * 1024 * KIB as u64, "{snap:?}");
 }
@@ -82,10 +65,7 @@ async fn chunked_body_over_budget_is_abandoned_after_the_budget() {
     let server = RawServer::start(|_| chunked(1, 64 * KIB, KIB)).await;
     let layer = DrainOnDropLayer::new().max_bytes(16 * KIB as u64);
     let (conns, snap) = drop_unread(&server, layer, "/", 5).await;
-    assert_eq!(
-        conns, 5,
-        "an unknown-length body over budget closes its connection"
-    );
+    assert_eq!(conns, 5, "an unknown-length body over budget closes its connection");
     assert_eq!(snap.abandoned_over_bytes, 5, "{snap:?}");
     assert!(
         snap.bytes_drained <= 5 * (16 + 1) * KIB as u64,
@@ -98,19 +78,12 @@ async fn exactly_the_budget_is_drained_one_byte_more_is_not() {
     for (framing, chunk) in [("content-length", 0), ("chunked", 1000)] {
         let server = RawServer::start(move |head| {
             let len = query(&head.path, "len").unwrap() as usize;
-            if chunk == 0 {
-                content_length(0, len)
-            } else {
-                chunked(0, len, chunk)
-            }
+            if chunk == 0 { content_length(0, len) } else { chunked(0, len, chunk) }
         })
         .await;
         let layer = || DrainOnDropLayer::new().max_bytes(10_000);
         let (conns, snap) = drop_unread(&server, layer(), "/?len=10000", 5).await;
-        assert!(
-            conns <= 2,
-            "{framing}: exactly the budget is reused, got {conns} connections"
-        );
+        assert!(conns <= 2, "{framing}: exactly the budget is reused, got {conns} connections");
         assert_eq!(snap.drained, 5, "{framing}: {snap:?}");
         // Budget + 1: never drained. (hyper's own single read of what it has
         // buffered may still finish a body this small, so connections are not
@@ -118,11 +91,7 @@ async fn exactly_the_budget_is_drained_one_byte_more_is_not() {
         let (_, snap) = drop_unread(&server, layer(), "/?len=10001", 5).await;
         assert_eq!(snap.drained, 0, "{framing}: {snap:?}");
         if chunk == 0 {
-            assert_eq!(
-                (snap.skipped_over_budget, snap.bytes_drained),
-                (5, 0),
-                "{framing}: {snap:?}"
-            );
+            assert_eq!((snap.skipped_over_budget, snap.bytes_drained), (5, 0), "{framing}: {snap:?}");
         } else {
             assert_eq!(snap.abandoned_over_bytes, 5, "{framing}: {snap:?}");
         }
@@ -147,42 +116,20 @@ async fn stalled_body_is_abandoned_at_the_time_budget_without_blocking_the_calle
     let stats = layer.stats();
     let mut svc = ServiceBuilder::new().layer(layer).service(client);
 
-    let res = svc
-        .ready()
-        .await
-        .unwrap()
-        .call(get(server.uri("/stall")))
-        .await
-        .unwrap();
+    let res = svc.ready().await.unwrap().call(get(server.uri("/stall"))).await.unwrap();
     drop(res);
     // The drop returned while the drain still waits for the server.
-    assert_eq!(
-        stats.snapshot().in_flight,
-        1,
-        "the drain runs in the background"
-    );
-    wait_for(
-        "the stalled drain to be abandoned",
-        Duration::from_millis(100) + SLACK,
-        || stats.snapshot().in_flight == 0,
-    )
+    assert_eq!(stats.snapshot().in_flight, 1, "the drain runs in the background");
+    wait_for("the stalled drain to be abandoned", Duration::from_millis(100) + SLACK, || {
+        stats.snapshot().in_flight == 0
+    })
     .await;
     let snap = stats.snapshot();
     assert_eq!(snap.abandoned_over_time, 1, "{snap:?}");
 
-    let res = svc
-        .ready()
-        .await
-        .unwrap()
-        .call(get(server.uri("/ok")))
-        .await
-        .unwrap();
+    let res = svc.ready().await.unwrap().call(get(server.uri("/ok"))).await.unwrap();
     assert_eq!(read_all(res.into_body()).await.unwrap(), body_bytes(0, 10));
-    assert_eq!(
-        connector.count(),
-        2,
-        "the abandoned connection was closed; the next request dialled"
-    );
+    assert_eq!(connector.count(), 2, "the abandoned connection was closed; the next request dialled");
 }
 
 #[tokio::test]
@@ -207,10 +154,7 @@ async fn connection_close_is_not_drained() {
     let stats = layer.stats();
     let mut svc = ServiceBuilder::new().layer(layer).service(client);
     for _ in 0..3 {
-        let req = Request::get(server.uri("/"))
-            .header("connection", "close")
-            .body(Empty::new())
-            .unwrap();
+        let req = Request::get(server.uri("/")).header("connection", "close").body(Empty::new()).unwrap();
         let res = svc.ready().await.unwrap().call(req).await.unwrap();
         assert_eq!(res.status(), 200);
     }
@@ -236,29 +180,14 @@ async fn head_204_and_304_have_nothing_to_drain() {
     let mut svc = ServiceBuilder::new().layer(layer).service(client);
     for path in ["/204", "/304", "/head", "/204", "/304", "/head"] {
         let method = if path == "/head" { "HEAD" } else { "GET" };
-        let req = Request::builder()
-            .method(method)
-            .uri(server.uri(path))
-            .body(Empty::new())
-            .unwrap();
+        let req = Request::builder().method(method).uri(server.uri(path)).body(Empty::new()).unwrap();
         let res = svc.ready().await.unwrap().call(req).await.unwrap();
         use http_body::Body as _;
-        assert!(
-            res.body().is_end_stream(),
-            "{path}: the body is already at its end"
-        );
+        assert!(res.body().is_end_stream(), "{path}: the body is already at its end");
         drop(res);
     }
-    assert_eq!(
-        stats.snapshot(),
-        DrainSnapshot::default(),
-        "bodies at their end are not early drops"
-    );
-    assert_eq!(
-        connector.count(),
-        1,
-        "one connection serves every response with no body"
-    );
+    assert_eq!(stats.snapshot(), DrainSnapshot::default(), "bodies at their end are not early drops");
+    assert_eq!(connector.count(), 1, "one connection serves every response with no body");
 }
 
 #[tokio::test]
@@ -277,10 +206,7 @@ async fn close_delimited_body_is_not_drained() {
 #[tokio::test]
 async fn zero_budgets_disable_draining() {
     let server = RawServer::start(|_| content_length(0, 64 * KIB)).await;
-    for layer in [
-        DrainOnDropLayer::new().max_bytes(0),
-        DrainOnDropLayer::new().max_time(Duration::ZERO),
-    ] {
+    for layer in [DrainOnDropLayer::new().max_bytes(0), DrainOnDropLayer::new().max_time(Duration::ZERO)] {
         let (conns, snap) = drop_unread(&server, layer, "/", 5).await;
         assert_eq!(conns, 5, "nothing drained, every connection closed");
         assert_eq!((snap.skipped, snap.bytes_drained), (5, 0), "{snap:?}");
@@ -311,9 +237,7 @@ async fn h2_server() -> (std::net::SocketAddr, Arc<AtomicUsize>) {
 #[tokio::test]
 async fn http2_bodies_are_not_drained_and_the_connection_survives() {
     let (addr, accepted) = h2_server().await;
-    let client = Client::builder(TokioExecutor::new())
-        .http2_only(true)
-        .build_http::<Empty<Bytes>>();
+    let client = Client::builder(TokioExecutor::new()).http2_only(true).build_http::<Empty<Bytes>>();
     let layer = DrainOnDropLayer::new();
     let stats = layer.stats();
     let mut svc = ServiceBuilder::new().layer(layer).service(client);
@@ -324,25 +248,13 @@ async fn http2_bodies_are_not_drained_and_the_connection_survives() {
         drop(res);
     }
     let snap = stats.snapshot();
-    assert_eq!(
-        (snap.skipped, snap.drained, snap.bytes_drained),
-        (10, 0, 0),
-        "{snap:?}"
-    );
-    assert_eq!(
-        accepted.load(Ordering::SeqCst),
-        1,
-        "HTTP/2 multiplexes over one connection"
-    );
+    assert_eq!((snap.skipped, snap.drained, snap.bytes_drained), (10, 0, 0), "{snap:?}");
+    assert_eq!(accepted.load(Ordering::SeqCst), 1, "HTTP/2 multiplexes over one connection");
 }
 
 #[test]
 fn drop_outside_the_runtime_and_after_shutdown_never_panics() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
     let layer = DrainOnDropLayer::new();
     let stats = layer.stats();
     let (server, bodies) = runtime.block_on(async {
@@ -351,13 +263,7 @@ fn drop_outside_the_runtime_and_after_shutdown_never_panics() {
         let mut svc = ServiceBuilder::new().layer(layer).service(client);
         let mut bodies = Vec::new();
         for _ in 0..2 {
-            let res = svc
-                .ready()
-                .await
-                .unwrap()
-                .call(get(server.uri("/")))
-                .await
-                .unwrap();
+            let res = svc.ready().await.unwrap().call(get(server.uri("/"))).await.unwrap();
             bodies.push(res.into_body());
         }
         (server, bodies)
@@ -366,36 +272,24 @@ fn drop_outside_the_runtime_and_after_shutdown_never_panics() {
     // Outside the runtime's context, but the runtime is alive: the drain
     // runs on the runtime captured with the response.
     drop(bodies.next());
-    runtime.block_on(wait_for("the drain on the captured runtime", SLACK, || {
-        stats.snapshot().drained == 1
-    }));
+    runtime.block_on(wait_for("the drain on the captured runtime", SLACK, || stats.snapshot().drained == 1));
     drop(server);
     runtime.shutdown_timeout(SLACK);
     // The runtime is gone: the body is dropped as hyper would, counted as skipped.
     drop(bodies.next());
     let snap = stats.snapshot();
-    assert_eq!(
-        (snap.drained, snap.skipped, snap.in_flight),
-        (1, 1, 0),
-        "{snap:?}"
-    );
+    assert_eq!((snap.drained, snap.skipped, snap.in_flight), (1, 1, 0), "{snap:?}");
 }
 
 #[test]
 fn runtime_shutdown_with_drains_in_flight_cancels_them() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let layer = DrainOnDropLayer::new().max_time(Duration::from_secs(3600));
     let stats = layer.stats();
     runtime.block_on(async {
         let server = RawServer::start(|_| {
             vec![
-                Step::Write(
-                    b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n1\r\nx\r\n".to_vec(),
-                ),
+                Step::Write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n1\r\nx\r\n".to_vec()),
                 Step::Hang,
             ]
         })
@@ -403,40 +297,20 @@ fn runtime_shutdown_with_drains_in_flight_cancels_them() {
         let (client, _) = client();
         let mut svc = ServiceBuilder::new().layer(layer).service(client);
         for _ in 0..5 {
-            let res = svc
-                .ready()
-                .await
-                .unwrap()
-                .call(get(server.uri("/")))
-                .await
-                .unwrap();
+            let res = svc.ready().await.unwrap().call(get(server.uri("/"))).await.unwrap();
             drop(res);
         }
-        wait_for("five drains to run", SLACK, || {
-            stats.snapshot().in_flight == 5
-        })
-        .await;
+        wait_for("five drains to run", SLACK, || stats.snapshot().in_flight == 5).await;
         std::mem::forget(server); // keep serving (hanging) until the runtime goes
     });
     let start = std::time::Instant::now();
     runtime.shutdown_timeout(SLACK);
-    assert!(
-        start.elapsed() < SLACK,
-        "shutdown did not wait for the hour-long drains"
-    );
+    assert!(start.elapsed() < SLACK, "shutdown did not wait for the hour-long drains");
     let snap = stats.snapshot();
     // A drain the runtime had started counts as abandoned; one spawned but
     // not yet polled when the runtime went counts as skipped. Each once.
-    assert_eq!(
-        snap.abandoned + snap.skipped,
-        5,
-        "every early drop counted once: {snap:?}"
-    );
-    assert_eq!(
-        (snap.drained, snap.failed, snap.in_flight),
-        (0, 0, 0),
-        "{snap:?}"
-    );
+    assert_eq!(snap.abandoned + snap.skipped, 5, "every early drop counted once: {snap:?}");
+    assert_eq!((snap.drained, snap.failed, snap.in_flight), (0, 0, 0), "{snap:?}");
 }
 
 /// Reads every body fully, alternating with early drops, and checks each
@@ -446,11 +320,7 @@ async fn fully_read_bodies_arrive_intact_between_drained_ones() {
     let server = RawServer::start(|head| {
         let len = query(&head.path, "len").unwrap() as usize;
         let seed = query(&head.path, "seed").unwrap();
-        if seed % 2 == 0 {
-            content_length(seed, len)
-        } else {
-            chunked(seed, len, 777)
-        }
+        if seed % 2 == 0 { content_length(seed, len) } else { chunked(seed, len, 777) }
     })
     .await;
     let (client, connector) = client();
@@ -474,25 +344,14 @@ async fn fully_read_bodies_arrive_intact_between_drained_ones() {
             dropped += 1;
         } else {
             let bytes = read_all(res.into_body()).await.unwrap();
-            assert!(
-                bytes == body_bytes(seed, len),
-                "body {seed} ({len} bytes) arrived altered"
-            );
+            assert!(bytes == body_bytes(seed, len), "body {seed} ({len} bytes) arrived altered");
         }
     }
     wait_for("drains to end", SLACK, || stats.snapshot().in_flight == 0).await;
     let snap = stats.snapshot();
     assert!(snap.drained <= dropped, "{snap:?}");
-    assert_eq!(
-        (snap.abandoned, snap.failed, snap.skipped),
-        (0, 0, 0),
-        "{snap:?}"
-    );
+    assert_eq!((snap.abandoned, snap.failed, snap.skipped), (0, 0, 0), "{snap:?}");
     // Reuse is the subject of tests/reuse.rs; here it is enough that the 67
     // early drops did not each cost a connection.
-    assert!(
-        connector.count() <= 10,
-        "reused: {} connections",
-        connector.count()
-    );
+    assert!(connector.count() <= 10, "reused: {} connections", connector.count());
 }

@@ -77,19 +77,10 @@ async fn run(layer: DrainOnDropLayer) -> usize {
         .layer(layer)
         .service(client);
     for i in 0..20u64 {
-        let res = svc
-            .ready()
-            .await
-            .unwrap()
-            .call(get(server.uri("/")))
-            .await
-            .unwrap();
+        let res = svc.ready().await.unwrap().call(get(server.uri("/"))).await.unwrap();
         assert_eq!(res.status(), 200, "the third attempt succeeds");
         let body = read_all(res.into_body()).await.unwrap();
-        assert!(
-            body == body_bytes(i * 3 + 2, 1000),
-            "request {i}: the 200 body is intact"
-        );
+        assert!(body == body_bytes(i * 3 + 2, 1000), "request {i}: the 200 body is intact");
     }
     connector.count()
 }
@@ -99,25 +90,13 @@ async fn retried_503_bodies_are_drained_below_retry_and_timeout() {
     let layer = DrainOnDropLayer::new();
     let stats = layer.stats();
     let with_layer = run(layer).await;
-    wait_for("drains to end", Duration::from_secs(5), || {
-        stats.snapshot().in_flight == 0
-    })
-    .await;
+    wait_for("drains to end", Duration::from_secs(5), || stats.snapshot().in_flight == 0).await;
     let snap = stats.snapshot();
-    assert_eq!(
-        snap.drained, 40,
-        "each of the 40 discarded 503s was drained: {snap:?}"
-    );
-    assert!(
-        with_layer <= 3,
-        "60 HTTP requests on at most 3 connections, got {with_layer}"
-    );
+    assert_eq!(snap.drained, 40, "each of the 40 discarded 503s was drained: {snap:?}");
+    assert!(with_layer <= 3, "60 HTTP requests on at most 3 connections, got {with_layer}");
 
     let without = run(DrainOnDropLayer::new().max_bytes(0)).await;
-    assert!(
-        without >= 20,
-        "without draining each discarded 503 costs a connection, got {without}"
-    );
+    assert!(without >= 20, "without draining each discarded 503 costs a connection, got {without}");
 }
 
 /// The timeout above the layer bounds the wait for the response head only:
@@ -141,40 +120,14 @@ async fn timeout_above_the_layer_does_not_bound_the_background_drain() {
     let (client, _) = client();
     let layer = DrainOnDropLayer::new().max_time(Duration::from_millis(200));
     let stats = layer.stats();
-    let mut svc = ServiceBuilder::new()
-        .timeout(Duration::from_millis(100))
-        .layer(layer)
-        .service(client);
+    let mut svc = ServiceBuilder::new().timeout(Duration::from_millis(100)).layer(layer).service(client);
 
-    let err: BoxError = svc
-        .ready()
-        .await
-        .unwrap()
-        .call(get(server.uri("/slow-head")))
-        .await
-        .unwrap_err();
-    assert!(
-        err.is::<tower::timeout::error::Elapsed>(),
-        "the head took too long: {err}"
-    );
+    let err: BoxError = svc.ready().await.unwrap().call(get(server.uri("/slow-head"))).await.unwrap_err();
+    assert!(err.is::<tower::timeout::error::Elapsed>(), "the head took too long: {err}");
     assert_eq!(stats.snapshot().in_flight, 0, "no body, nothing to drain");
 
-    let res = svc
-        .ready()
-        .await
-        .unwrap()
-        .call(get(server.uri("/stall")))
-        .await
-        .unwrap();
+    let res = svc.ready().await.unwrap().call(get(server.uri("/stall"))).await.unwrap();
     drop(res);
-    wait_for("the drain to give up", Duration::from_secs(5), || {
-        stats.snapshot().in_flight == 0
-    })
-    .await;
-    assert_eq!(
-        stats.snapshot().abandoned_over_time,
-        1,
-        "{:?}",
-        stats.snapshot()
-    );
+    wait_for("the drain to give up", Duration::from_secs(5), || stats.snapshot().in_flight == 0).await;
+    assert_eq!(stats.snapshot().abandoned_over_time, 1, "{:?}", stats.snapshot());
 }

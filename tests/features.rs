@@ -39,35 +39,17 @@ async fn per_request_budget_overrides_the_layer() {
 
     let big = DrainBudget::new(2 * 1024 * 1024, Duration::from_secs(5));
     for _ in 0..5 {
-        let res = svc
-            .ready()
-            .await
-            .unwrap()
-            .call(get_with_budget(server.uri("/"), big))
-            .await
-            .unwrap();
+        let res = svc.ready().await.unwrap().call(get_with_budget(server.uri("/"), big)).await.unwrap();
         drop(res);
-        wait_for("the drain to end", SLACK, || {
-            stats.snapshot().in_flight == 0
-        })
-        .await;
+        wait_for("the drain to end", SLACK, || stats.snapshot().in_flight == 0).await;
     }
     let snap = stats.snapshot();
-    assert_eq!(
-        snap.drained, 5,
-        "the request's 2 MiB budget drains 1 MiB bodies: {snap:?}"
-    );
-    assert!(
-        connector.count() <= 2,
-        "reused: {} connections",
-        connector.count()
-    );
+    assert_eq!(snap.drained, 5, "the request's 2 MiB budget drains 1 MiB bodies: {snap:?}");
+    assert!(connector.count() <= 2, "reused: {} connections", connector.count());
 
     // A fresh pool, so that no idle connection from above is handed out.
     let (fresh, connector) = support::client();
-    let mut svc = ServiceBuilder::new()
-        .layer(DrainOnDropLayer::new())
-        .service(fresh);
+    let mut svc = ServiceBuilder::new().layer(DrainOnDropLayer::new()).service(fresh);
     let stats_before = stats.snapshot();
     for _ in 0..3 {
         let req = get_with_budget(server.uri("/"), DrainBudget::disabled());
@@ -76,11 +58,7 @@ async fn per_request_budget_overrides_the_layer() {
     assert_eq!(stats.snapshot(), stats_before, "another layer, other stats");
     let svc_stats = svc.stats().snapshot();
     assert_eq!(svc_stats.skipped_disabled, 3, "{svc_stats:?}");
-    assert_eq!(
-        connector.count(),
-        3,
-        "a disabled budget closes every connection"
-    );
+    assert_eq!(connector.count(), 3, "a disabled budget closes every connection");
 }
 
 /// An SSE endpoint: one event every 20 ms, forever (until a write fails).
@@ -101,23 +79,14 @@ async fn cancel_stream(layer: DrainOnDropLayer) -> (u64, drain_on_drop::DrainSna
     let (client, _) = client();
     let stats = layer.stats();
     let mut svc = ServiceBuilder::new().layer(layer).service(client);
-    let res = svc
-        .ready()
-        .await
-        .unwrap()
-        .call(get(server.uri("/events")))
-        .await
-        .unwrap();
+    let res = svc.ready().await.unwrap().call(get(server.uri("/events"))).await.unwrap();
     let mut body = res.into_body();
     for _ in 0..3 {
         read_one_frame(&mut body).await.expect("an event");
     }
     drop(body);
     let in_flight_after_drop = stats.snapshot().in_flight;
-    wait_for("the drain to end", SLACK, || {
-        stats.snapshot().in_flight == 0
-    })
-    .await;
+    wait_for("the drain to end", SLACK, || stats.snapshot().in_flight == 0).await;
     wait_for("the server to see the stream closed", SLACK, || {
         server.write_failures.load(Ordering::SeqCst) == 1
     })
@@ -129,19 +98,12 @@ async fn cancel_stream(layer: DrainOnDropLayer) -> (u64, drain_on_drop::DrainSna
 async fn event_streams_are_closed_at_once_instead_of_burning_the_time_budget() {
     let (in_flight, snap, _server) = cancel_stream(DrainOnDropLayer::new()).await;
     assert_eq!(in_flight, 0, "no background task for a cancelled stream");
-    assert_eq!(
-        (snap.skipped_stream, snap.bytes_drained),
-        (1, 0),
-        "{snap:?}"
-    );
+    assert_eq!((snap.skipped_stream, snap.bytes_drained), (1, 0), "{snap:?}");
 
     // Turned off, the stream is drained like any body until the time budget.
     let layer = DrainOnDropLayer::new().stream_content_types(Vec::<String>::new());
     let (in_flight, snap, _server) = cancel_stream(layer).await;
-    assert_eq!(
-        in_flight, 1,
-        "a drain task holds the stream for up to 50 ms"
-    );
+    assert_eq!(in_flight, 1, "a drain task holds the stream for up to 50 ms");
     assert_eq!(snap.abandoned_over_time, 1, "{snap:?}");
 }
 
@@ -156,23 +118,14 @@ async fn observer_tags_every_response_with_its_connection() {
 
     let mut seen = Vec::new();
     for _ in 0..20 {
-        let res = svc
-            .ready()
-            .await
-            .unwrap()
-            .call(get(server.uri("/")))
-            .await
-            .unwrap();
+        let res = svc.ready().await.unwrap().call(get(server.uri("/"))).await.unwrap();
         let conn = *res.extensions().get::<ConnectionReuse>().expect("tagged");
         seen.push(conn);
         drop(res);
     }
     wait_for("drains to end", SLACK, || stats.snapshot().in_flight == 0).await;
     let snap = stats.snapshot();
-    assert!(
-        !seen[0].reused && seen[0].previous_responses == 0,
-        "the first response is on a new connection"
-    );
+    assert!(!seen[0].reused && seen[0].previous_responses == 0, "the first response is on a new connection");
     let new = seen.iter().filter(|c| !c.reused).count() as u64;
     assert_eq!(snap.requests, 20, "{snap:?}");
     assert_eq!(snap.reused, 20 - new, "{snap:?}");
@@ -182,10 +135,7 @@ async fn observer_tags_every_response_with_its_connection() {
         "the observer counts what the server accepts"
     );
     assert!(snap.connections_opened <= 2, "{snap:?}");
-    assert!(
-        seen.iter()
-            .all(|c| c.setup_time > Duration::ZERO && c.id >= 1)
-    );
+    assert!(seen.iter().all(|c| c.setup_time > Duration::ZERO && c.id >= 1));
 }
 
 #[tokio::test]
@@ -195,19 +145,10 @@ async fn without_observer_reuse_counters_stay_zero() {
     let layer = DrainOnDropLayer::new();
     let stats = layer.stats();
     let mut svc = ServiceBuilder::new().layer(layer).service(client);
-    let res = svc
-        .ready()
-        .await
-        .unwrap()
-        .call(get(server.uri("/")))
-        .await
-        .unwrap();
+    let res = svc.ready().await.unwrap().call(get(server.uri("/"))).await.unwrap();
     assert!(res.extensions().get::<ConnectionReuse>().is_none());
     let snap = stats.snapshot();
-    assert_eq!(
-        (snap.requests, snap.reused, snap.connections_opened),
-        (0, 0, 0)
-    );
+    assert_eq!((snap.requests, snap.reused, snap.connections_opened), (0, 0, 0));
 }
 
 /// FollowRedirect drops each 301's body to follow the Location: below it,
@@ -219,7 +160,10 @@ async fn follow_redirect_bodies_are_drained() {
             content_length(7, 100)
         } else {
             let mut steps = chunked(1, 32 * KIB, 4 * KIB);
-            steps[0] = Step::Write(b"HTTP/1.1 301 Moved Permanently\r\nlocation: /final\r\ntransfer-encoding: chunked\r\n\r\n".to_vec());
+            steps[0] = Step::Write(
+                b"HTTP/1.1 301 Moved Permanently\r\nlocation: /final\r\ntransfer-encoding: chunked\r\n\r\n"
+                    .to_vec(),
+            );
             steps
         }
     })
@@ -233,13 +177,7 @@ async fn follow_redirect_bodies_are_drained() {
                 .layer(layer)
                 .service(client);
             for _ in 0..20 {
-                let res = svc
-                    .ready()
-                    .await
-                    .unwrap()
-                    .call(get(uri.clone()))
-                    .await
-                    .unwrap();
+                let res = svc.ready().await.unwrap().call(get(uri.clone())).await.unwrap();
                 assert_eq!(res.status(), 200);
                 assert_eq!(read_all(res.into_body()).await.unwrap(), body_bytes(7, 100));
             }
@@ -250,21 +188,10 @@ async fn follow_redirect_bodies_are_drained() {
     let stats = layer.stats();
     let with_layer = run(layer).await;
     wait_for("drains to end", SLACK, || stats.snapshot().in_flight == 0).await;
-    assert_eq!(
-        stats.snapshot().drained,
-        20,
-        "each 301 body was drained: {:?}",
-        stats.snapshot()
-    );
-    assert!(
-        with_layer <= 2,
-        "40 requests on at most 2 connections, got {with_layer}"
-    );
+    assert_eq!(stats.snapshot().drained, 20, "each 301 body was drained: {:?}", stats.snapshot());
+    assert!(with_layer <= 2, "40 requests on at most 2 connections, got {with_layer}");
     let without = run(DrainOnDropLayer::new().max_bytes(0)).await;
-    assert!(
-        without >= 20,
-        "without draining each redirect costs a connection, got {without}"
-    );
+    assert!(without >= 20, "without draining each redirect costs a connection, got {without}");
 }
 
 /// `len` pseudo-random bytes: they do not compress, so the gzip body on the
@@ -321,42 +248,20 @@ async fn decompression_and_trace_above_the_layer() {
         .service(client);
     let uri: http::Uri = format!("http://{addr}/").parse().unwrap();
     for i in 0..10 {
-        let res = svc
-            .ready()
-            .await
-            .unwrap()
-            .call(get(uri.clone()))
-            .await
-            .unwrap();
+        let res = svc.ready().await.unwrap().call(get(uri.clone())).await.unwrap();
         if i % 2 == 0 {
             let bytes = read_all(res.into_body()).await.unwrap();
             assert!(bytes == noise(200 * KIB), "decompressed body intact");
         } else {
             let mut body = res.into_body();
-            read_one_frame(&mut body)
-                .await
-                .expect("some decompressed data");
+            read_one_frame(&mut body).await.expect("some decompressed data");
             drop(body);
         }
     }
     wait_for("drains to end", SLACK, || stats.snapshot().in_flight == 0).await;
     let snap = stats.snapshot();
-    assert_eq!(
-        snap.drained, 5,
-        "the 5 dropped gzip bodies were drained: {snap:?}"
-    );
-    assert_eq!(
-        (snap.failed, snap.abandoned, snap.skipped),
-        (0, 0, 0),
-        "{snap:?}"
-    );
-    assert!(
-        snap.bytes_drained > 5 * 100 * KIB as u64,
-        "compressed bytes were drained: {snap:?}"
-    );
-    assert!(
-        accepted.load(Ordering::SeqCst) <= 2,
-        "reused: {} connections",
-        accepted.load(Ordering::SeqCst)
-    );
+    assert_eq!(snap.drained, 5, "the 5 dropped gzip bodies were drained: {snap:?}");
+    assert_eq!((snap.failed, snap.abandoned, snap.skipped), (0, 0, 0), "{snap:?}");
+    assert!(snap.bytes_drained > 5 * 100 * KIB as u64, "compressed bytes were drained: {snap:?}");
+    assert!(accepted.load(Ordering::SeqCst) <= 2, "reused: {} connections", accepted.load(Ordering::SeqCst));
 }

@@ -42,12 +42,7 @@ async fn server(framing: Framing) -> RawServer {
 
 /// Runs `N` sequential requests, dropping each body as `read` says, and
 /// returns (connections opened, snapshot).
-async fn run(
-    len: usize,
-    framing: Framing,
-    read: Read,
-    layer: DrainOnDropLayer,
-) -> (usize, DrainSnapshot) {
+async fn run(len: usize, framing: Framing, read: Read, layer: DrainOnDropLayer) -> (usize, DrainSnapshot) {
     let server = server(framing).await;
     let (client, connector) = client();
     let stats = layer.stats();
@@ -62,17 +57,11 @@ async fn run(
             Read::OneFrame => {
                 read_one_frame(&mut body).await.expect("at least one frame");
             }
-            Read::ToEnd => assert_eq!(
-                read_all(&mut body).await.unwrap(),
-                body_bytes(i as u64, len)
-            ),
+            Read::ToEnd => assert_eq!(read_all(&mut body).await.unwrap(), body_bytes(i as u64, len)),
         }
         drop(body);
     }
-    wait_for("drains to end", Duration::from_secs(5), || {
-        stats.snapshot().in_flight == 0
-    })
-    .await;
+    wait_for("drains to end", Duration::from_secs(5), || stats.snapshot().in_flight == 0).await;
     let snap = stats.snapshot();
     let disabled = snap.drained == 0 && snap.skipped > 0;
     let expected_skips = if disabled { snap.skipped } else { 0 };
@@ -81,11 +70,7 @@ async fn run(
         (0, expected_skips, 0),
         "{len} bytes {framing:?} {read:?}: every early drop within budget is drained: {snap:?}"
     );
-    assert_eq!(
-        connector.count(),
-        server.accepted(),
-        "the server saw every connection the client opened"
-    );
+    assert_eq!(connector.count(), server.accepted(), "the server saw every connection the client opened");
     (connector.count(), snap)
 }
 
@@ -102,16 +87,9 @@ async fn table(runtime: &str, limit: impl Fn(Framing) -> usize) -> Vec<String> {
         for framing in [Framing::ContentLength, Framing::Chunked] {
             for read in [Read::Unread, Read::OneFrame] {
                 // Draining disabled: the body is dropped at once, as with hyper-util alone.
-                let (alone, _) = run(
-                    kib * KIB,
-                    framing,
-                    read,
-                    DrainOnDropLayer::new().max_bytes(0),
-                )
-                .await;
+                let (alone, _) = run(kib * KIB, framing, read, DrainOnDropLayer::new().max_bytes(0)).await;
                 let (conns, snap) = run(kib * KIB, framing, read, DrainOnDropLayer::new()).await;
-                let (control, _) =
-                    run(kib * KIB, framing, Read::ToEnd, DrainOnDropLayer::new()).await;
+                let (control, _) = run(kib * KIB, framing, Read::ToEnd, DrainOnDropLayer::new()).await;
                 writeln!(
                     table,
                     "| {kib} KiB | {framing:?} | {read:?} | {alone} | {conns} | {control} | {} | {} |",
@@ -119,9 +97,7 @@ async fn table(runtime: &str, limit: impl Fn(Framing) -> usize) -> Vec<String> {
                 )
                 .unwrap();
                 if conns > limit(framing) {
-                    failures.push(format!(
-                        "{kib} KiB {framing:?} {read:?}: {conns} connections"
-                    ));
+                    failures.push(format!("{kib} KiB {framing:?} {read:?}: {conns} connections"));
                 }
             }
         }
@@ -135,10 +111,7 @@ async fn table(runtime: &str, limit: impl Fn(Framing) -> usize) -> Vec<String> {
 #[tokio::test]
 async fn dropped_bodies_within_budget_reuse_the_connection() {
     let failures = table("current_thread", |_| 2).await;
-    assert!(
-        failures.is_empty(),
-        "more than 2 connections per {N} requests: {failures:?}"
-    );
+    assert!(failures.is_empty(), "more than 2 connections per {N} requests: {failures:?}");
 }
 
 /// On a multi-thread runtime hyper-util's checkout races a dial whenever no
@@ -151,8 +124,5 @@ async fn dropped_bodies_within_budget_reuse_the_connection() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropped_bodies_within_budget_reuse_the_connection_multi_thread() {
     let failures = table("multi_thread (2 workers)", |_| 8).await;
-    assert!(
-        failures.is_empty(),
-        "too many connections per {N} requests: {failures:?}"
-    );
+    assert!(failures.is_empty(), "too many connections per {N} requests: {failures:?}");
 }

@@ -48,6 +48,9 @@ pub enum Step {
     /// Write chunked frames of `chunk` bytes carrying `len` body bytes,
     /// without the final `0\r\n\r\n`.
     Chunks { seed: u64, len: usize, chunk: usize },
+    /// Write `body_bytes(seed, len)` as raw bytes, `piece` bytes at a time,
+    /// waiting `every` between pieces (a slow link).
+    Paced { seed: u64, len: usize, piece: usize, every: Duration },
     /// Send chunks of this size forever (until the write fails).
     Forever { chunk: usize, every: Duration },
     /// Close the connection (FIN) and stop serving it.
@@ -64,6 +67,8 @@ pub struct Head {
     pub method: String,
     pub path: String,
     pub headers: String,
+    /// Requests served on this connection before this one.
+    pub nth: usize,
 }
 
 type Handler = dyn Fn(&Head) -> Vec<Step> + Send + Sync;
@@ -89,8 +94,7 @@ impl RawServer {
         let open = Arc::new(AtomicUsize::new(0));
         let handler: Arc<Handler> = Arc::new(handler);
         let task = tokio::spawn({
-            let (accepted, write_failures, open) =
-                (accepted.clone(), write_failures.clone(), open.clone());
+            let (accepted, write_failures, open) = (accepted.clone(), write_failures.clone(), open.clone());
             async move {
                 loop {
                     let Ok((stream, _)) = listener.accept().await else {
@@ -110,13 +114,7 @@ impl RawServer {
                 }
             }
         });
-        RawServer {
-            addr,
-            accepted,
-            write_failures,
-            open,
-            task,
-        }
+        RawServer { addr, accepted, write_failures, open, task }
     }
 
     /// Connections accepted so far.
@@ -139,10 +137,13 @@ impl Drop for RawServer {
 /// `Err` means a write failed (the client went away mid-response).
 async fn serve(mut stream: TcpStream, handler: &Handler) -> std::io::Result<()> {
     let mut buf = Vec::new();
+    let mut served = 0;
     loop {
-        let Some(head) = read_head(&mut stream, &mut buf).await else {
+        let Some(mut head) = read_head(&mut stream, &mut buf).await else {
             return Ok(());
         };
+        head.nth = served;
+        served += 1;
         for step in handler(&head) {
             match step {
                 Step::Write(bytes) => stream.write_all(&bytes).await?,
@@ -154,6 +155,13 @@ async fn serve(mut stream: TcpStream, handler: &Handler) -> std::io::Result<()> 
                         frame.extend_from_slice(part);
                         frame.extend_from_slice(b"\r\n");
                         stream.write_all(&frame).await?;
+                    }
+                }
+                Step::Paced { seed, len, piece, every } => {
+                    let body = body_bytes(seed, len);
+                    for part in body.chunks(piece.max(1)) {
+                        stream.write_all(part).await?;
+                        tokio::time::sleep(every).await;
                     }
                 }
                 Step::Forever { chunk, every } => {
@@ -212,11 +220,7 @@ async fn read_head(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Option<Head> {
                 buf.extend_from_slice(&chunk[..n]);
             }
             buf.drain(..body_len);
-            return Some(Head {
-                method,
-                path,
-                headers,
-            });
+            return Some(Head { method, path, headers, nth: 0 });
         }
         let mut chunk = [0u8; 8192];
         let n = stream.read(&mut chunk).await.ok()?;
@@ -263,10 +267,7 @@ impl CountingConnector {
     pub fn new() -> Self {
         let mut inner = HttpConnector::new();
         inner.set_nodelay(true);
-        CountingConnector {
-            inner,
-            connects: Arc::new(AtomicUsize::new(0)),
-        }
+        CountingConnector { inner, connects: Arc::new(AtomicUsize::new(0)) }
     }
 
     pub fn count(&self) -> usize {
@@ -313,10 +314,7 @@ pub fn get(uri: Uri) -> http::Request<Empty<Bytes>> {
 pub async fn wait_for(what: &str, deadline: Duration, mut cond: impl FnMut() -> bool) {
     let start = tokio::time::Instant::now();
     while !cond() {
-        assert!(
-            start.elapsed() < deadline,
-            "timed out after {deadline:?} waiting for {what}"
-        );
+        assert!(start.elapsed() < deadline, "timed out after {deadline:?} waiting for {what}");
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
 }

@@ -1,0 +1,362 @@
+//! Adaptive budgets: per-origin estimates of what a new connection costs and
+//! how fast bytes arrive, turned into the budget of each drain.
+//!
+//! The rule: a drain may spend at most what a new connection would cost.
+//! Its time budget is the origin's estimated connection setup cost (times
+//! [`FACTOR`]), and its byte budget what the origin's throughput moves in that
+//! time. A body whose known remaining length is above that is not drained
+//! at all, exactly as with fixed budgets. Until an origin has been seen on a
+//! new connection, the fixed budgets apply.
+
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use http::Uri;
+use http::uri::{Authority, Scheme};
+
+use crate::budget::DrainBudget;
+
+/// A drain may take this many times the estimated setup cost of a new
+/// connection. 1.0: drain exactly when it is expected to be cheaper.
+pub(crate) const FACTOR: f64 = 1.0;
+/// Byte ceiling of adaptive drains when `max_bytes` was not set explicitly.
+pub(crate) const DEFAULT_CEILING_BYTES: u64 = 4 * 1024 * 1024;
+/// Time ceiling of adaptive drains when `max_time` was not set explicitly.
+pub(crate) const DEFAULT_CEILING_TIME: Duration = Duration::from_secs(1);
+/// Origins tracked per layer; the least recently used is forgotten first.
+pub(crate) const MAX_ORIGINS: usize = 256;
+/// Local addresses remembered per origin to tell new connections from
+/// reused ones when no `ObserveConnector` tags them.
+const MAX_LOCAL_ADDRS: usize = 64;
+/// Weight of a new sample in the running averages.
+const ALPHA: f64 = 0.25;
+/// How fast the peak estimate of new-connection head times decays.
+const PEAK_DECAY: f64 = 0.1;
+/// Transfers shorter than this say little about throughput.
+const MIN_TRANSFER_BYTES: u64 = 16 * 1024;
+
+/// Scheme and authority as written in the request URI.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct OriginKey {
+    scheme: Option<Scheme>,
+    authority: Authority,
+}
+
+impl OriginKey {
+    pub(crate) fn from_uri(uri: &Uri) -> Option<Self> {
+        Some(OriginKey { scheme: uri.scheme().cloned(), authority: uri.authority()?.clone() })
+    }
+}
+
+impl fmt::Display for OriginKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.scheme {
+            Some(scheme) => write!(f, "{scheme}://{}", self.authority),
+            None => write!(f, "{}", self.authority),
+        }
+    }
+}
+
+/// A running average.
+#[derive(Clone, Copy, Debug, Default)]
+struct Ewma {
+    value: Option<f64>,
+    samples: u64,
+}
+
+impl Ewma {
+    fn add(&mut self, x: f64) {
+        self.samples += 1;
+        self.value = Some(match self.value {
+            // The first few samples weigh more, so a cold start converges fast.
+            Some(v) => v + (x - v) * ALPHA.max(1.0 / self.samples as f64),
+            None => x,
+        });
+    }
+
+    /// Rises fast and falls slowly: for head times on new connections, where
+    /// the first use of a connection that hyper-util dialled in the
+    /// background (its checkout raced the dial and won) looks new but paid
+    /// no setup, and must not erase the samples that did.
+    fn add_peak(&mut self, x: f64) {
+        self.samples += 1;
+        self.value = Some(match self.value {
+            Some(v) if x > v => v + (x - v) * 0.5,
+            Some(v) => v + (x - v) * PEAK_DECAY,
+            None => x,
+        });
+    }
+}
+
+#[derive(Debug, Default)]
+struct Estimates {
+    /// Seconds the connector took to open a connection, from an
+    /// `ObserveConnector`'s tag: the setup cost itself, when known.
+    connect: Ewma,
+    /// Seconds from the call to the response head on a new connection
+    /// (peak-weighted, see [`Ewma::add_peak`]).
+    head_new: Ewma,
+    /// The same on a reused connection.
+    head_reused: Ewma,
+    /// Bytes per second of body transfers (drains and callers reading).
+    throughput: Ewma,
+    /// Local addresses of connections already seen.
+    local_addrs: VecDeque<SocketAddr>,
+    /// The ceilings of the layer that last used this origin, for snapshots.
+    ceiling: Option<DrainBudget>,
+}
+
+impl Estimates {
+    /// Seconds a new connection costs: the connector's own time when an
+    /// observer measured it; otherwise the head time on new connections
+    /// minus that on reused ones, or half the former until the latter is
+    /// known (a new connection costs at least one round trip of the two it
+    /// takes to get a head on plain TCP, two of three with TLS).
+    fn setup_cost(&self) -> Option<f64> {
+        if let Some(connect) = self.connect.value {
+            return Some(connect);
+        }
+        let new = self.head_new.value?;
+        Some(match self.head_reused.value {
+            Some(reused) => (new - reused).max(0.0),
+            None => new / 2.0,
+        })
+    }
+
+    fn budget(&self, ceiling: DrainBudget) -> Option<DrainBudget> {
+        let setup = self.setup_cost()?;
+        let time = (setup * FACTOR).min(ceiling.max_time.as_secs_f64());
+        let bytes = match self.throughput.value {
+            Some(rate) => ((rate * time) as u64).min(ceiling.max_bytes),
+            // Unknown throughput: the time budget alone bounds the drain,
+            // and the drain measures the throughput.
+            None => ceiling.max_bytes,
+        };
+        Some(DrainBudget::new(bytes, Duration::from_secs_f64(time)))
+    }
+}
+
+/// What is known about one origin.
+pub(crate) struct Origin {
+    key: OriginKey,
+    last_used: AtomicU64,
+    estimates: Mutex<Estimates>,
+}
+
+impl Origin {
+    fn estimates(&self) -> MutexGuard<'_, Estimates> {
+        // A panic while holding the lock cannot leave the averages invalid.
+        self.estimates.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Records a response head that took `head` from the call. `observed`
+    /// is the observer's word when there is one (reused, connector time);
+    /// otherwise the connection's local address tells whether it was seen
+    /// before.
+    pub(crate) fn record_head(
+        &self,
+        head: Duration,
+        observed: Option<(bool, Duration)>,
+        local_addr: Option<SocketAddr>,
+    ) {
+        let mut est = self.estimates();
+        let reused = match (observed, local_addr) {
+            (Some((reused, connect)), _) => {
+                if !reused {
+                    est.connect.add(connect.as_secs_f64());
+                }
+                reused
+            }
+            (None, Some(addr)) => {
+                let seen = est.local_addrs.contains(&addr);
+                if !seen {
+                    if est.local_addrs.len() == MAX_LOCAL_ADDRS {
+                        est.local_addrs.pop_front();
+                    }
+                    est.local_addrs.push_back(addr);
+                }
+                seen
+            }
+            (None, None) => return,
+        };
+        let sample = head.as_secs_f64();
+        if reused {
+            est.head_reused.add(sample);
+        } else {
+            est.head_new.add_peak(sample);
+        }
+    }
+
+    /// Records `bytes` of body that took `elapsed` to arrive.
+    pub(crate) fn record_transfer(&self, bytes: u64, elapsed: Duration) {
+        if bytes < MIN_TRANSFER_BYTES {
+            return;
+        }
+        let secs = elapsed.as_secs_f64().max(1e-6);
+        self.estimates().throughput.add(bytes as f64 / secs);
+    }
+
+    /// The budget a drain from this origin gets now, or `None` while the
+    /// origin has not been seen on a new connection.
+    pub(crate) fn budget(&self, ceiling: DrainBudget) -> Option<DrainBudget> {
+        self.estimates().budget(ceiling)
+    }
+
+    fn snapshot(&self) -> OriginSnapshot {
+        let est = self.estimates();
+        let ceiling = est.ceiling.unwrap_or(DrainBudget::new(DEFAULT_CEILING_BYTES, DEFAULT_CEILING_TIME));
+        OriginSnapshot {
+            origin: self.key.to_string(),
+            setup_cost: est.setup_cost().map(Duration::from_secs_f64),
+            throughput: est.throughput.value.map(|v| v as u64),
+            budget: est.budget(ceiling),
+            new_connections: est.head_new.samples,
+            reused_responses: est.head_reused.samples,
+        }
+    }
+}
+
+/// The estimates of one origin at one moment; see
+/// [`DrainStats::origins`](crate::DrainStats::origins).
+#[non_exhaustive]
+#[derive(Clone, Debug, PartialEq)]
+pub struct OriginSnapshot {
+    /// `scheme://authority` as written in the requests.
+    pub origin: String,
+    /// Estimated cost of a new connection: time to the response head on new
+    /// connections minus that on reused ones (half the former until a reused
+    /// connection was seen). `None` before the first new connection.
+    pub setup_cost: Option<Duration>,
+    /// Estimated body throughput in bytes per second, from drains and from
+    /// callers reading bodies. `None` before the first transfer of 16 KiB or more.
+    pub throughput: Option<u64>,
+    /// The budget an early drop from this origin gets now: the decision
+    /// threshold. `None` while the fixed budgets apply.
+    pub budget: Option<DrainBudget>,
+    /// Response heads seen on new connections.
+    pub new_connections: u64,
+    /// Response heads seen on reused connections.
+    pub reused_responses: u64,
+}
+
+/// The per-origin table of one layer, bounded to [`MAX_ORIGINS`].
+#[derive(Default)]
+pub(crate) struct Origins {
+    table: Mutex<HashMap<OriginKey, Arc<Origin>>>,
+    clock: AtomicU64,
+}
+
+impl Origins {
+    fn table(&self) -> MutexGuard<'_, HashMap<OriginKey, Arc<Origin>>> {
+        self.table.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The entry of `key`, created if needed; forgets the least recently
+    /// used origin when the table is full. `ceiling` is the caller's, kept
+    /// for snapshots.
+    pub(crate) fn get(&self, key: &OriginKey, ceiling: DrainBudget) -> Arc<Origin> {
+        let origin = self.entry(key);
+        origin.estimates().ceiling = Some(ceiling);
+        origin
+    }
+
+    fn entry(&self, key: &OriginKey) -> Arc<Origin> {
+        let now = self.clock.fetch_add(1, Ordering::Relaxed);
+        let mut table = self.table();
+        if let Some(origin) = table.get(key) {
+            origin.last_used.store(now, Ordering::Relaxed);
+            return origin.clone();
+        }
+        if table.len() >= MAX_ORIGINS {
+            let oldest =
+                table.iter().min_by_key(|(_, o)| o.last_used.load(Ordering::Relaxed)).map(|(k, _)| k.clone());
+            if let Some(oldest) = oldest {
+                table.remove(&oldest);
+            }
+        }
+        let origin = Arc::new(Origin {
+            key: key.clone(),
+            last_used: AtomicU64::new(now),
+            estimates: Mutex::default(),
+        });
+        table.insert(key.clone(), origin.clone());
+        origin
+    }
+
+    pub(crate) fn snapshot(&self) -> Vec<OriginSnapshot> {
+        let origins: Vec<Arc<Origin>> = self.table().values().cloned().collect();
+        let mut out: Vec<_> = origins.iter().map(|o| o.snapshot()).collect();
+        out.sort_by(|a, b| a.origin.cmp(&b.origin));
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn origin() -> Origin {
+        Origin {
+            key: OriginKey::from_uri(&"https://a.example/x".parse().unwrap()).unwrap(),
+            last_used: AtomicU64::new(0),
+            estimates: Mutex::default(),
+        }
+    }
+
+    const CEILING: DrainBudget = DrainBudget { max_bytes: 4 << 20, max_time: Duration::from_secs(1) };
+
+    #[test]
+    fn no_budget_before_a_new_connection_was_seen() {
+        assert_eq!(origin().budget(CEILING), None);
+    }
+
+    #[test]
+    fn setup_cost_is_new_minus_reused_head_time() {
+        let o = origin();
+        let addr = |port| SocketAddr::from(([127, 0, 0, 1], port));
+        for port in [1000, 1001] {
+            o.record_head(Duration::from_millis(300), None, Some(addr(port)));
+        }
+        // Half the new-connection head time until a reused one is seen.
+        let b = o.budget(CEILING).unwrap();
+        assert!((b.max_time.as_secs_f64() - 0.150).abs() < 1e-3, "{b:?}");
+        for _ in 0..5 {
+            o.record_head(Duration::from_millis(100), None, Some(addr(1000)));
+        }
+        let b = o.budget(CEILING).unwrap();
+        assert!((b.max_time.as_secs_f64() - 0.200).abs() < 1e-3, "{b:?}");
+        assert_eq!(b.max_bytes, CEILING.max_bytes, "throughput unknown: bytes bounded by the ceiling");
+        // 1 MB/s for 200 ms: 200 kB.
+        o.record_transfer(1_000_000, Duration::from_secs(1));
+        let b = o.budget(CEILING).unwrap();
+        assert!((b.max_bytes as i64 - 200_000).abs() < 1_000, "{b:?}");
+    }
+
+    #[test]
+    fn ceilings_bound_the_budget() {
+        let o = origin();
+        o.record_head(Duration::from_secs(30), Some((false, Duration::from_secs(30))), None);
+        let b = o.budget(CEILING).unwrap();
+        assert_eq!(b, CEILING);
+    }
+
+    #[test]
+    fn the_table_forgets_the_least_recently_used_origin() {
+        let origins = Origins::default();
+        let key = |i: usize| OriginKey::from_uri(&format!("http://h{i}:80/").parse().unwrap()).unwrap();
+        let first = origins.get(&key(0), CEILING);
+        first.record_head(Duration::from_millis(10), None, None);
+        for i in 1..MAX_ORIGINS {
+            origins.get(&key(i), CEILING);
+        }
+        origins.get(&key(0), CEILING); // used again: not the oldest any more
+        origins.get(&key(MAX_ORIGINS), CEILING);
+        let table = origins.table();
+        assert_eq!(table.len(), MAX_ORIGINS);
+        assert!(table.contains_key(&key(0)) && !table.contains_key(&key(1)));
+    }
+}

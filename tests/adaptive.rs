@@ -1,0 +1,171 @@
+//! Adaptive budgets: estimates converge, a LAN-like origin stops draining
+//! large bodies, a far origin starts.
+//!
+//! A "far" origin is simulated by a connector that takes a set time to
+//! connect, as a TCP plus TLS handshake across a continent would; bodies are
+//! paced so that reading 1 MiB takes ~80 ms, like a 100 Mbit/s link.
+
+mod support;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use drain_on_drop::{DrainOnDropLayer, DrainSnapshot, OriginSnapshot};
+use http::Uri;
+use http_body_util::Empty;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use support::*;
+use tower::{Service, ServiceBuilder, ServiceExt};
+
+const MIB: usize = 1024 * 1024;
+const SLACK: Duration = Duration::from_secs(5);
+
+/// A server sending `len` bytes with `Content-Length`, paced at 64 KiB every
+/// 5 ms; `reused` counts the requests that came on a connection that had
+/// served one before.
+async fn server_counting(len: usize, reused: Arc<AtomicUsize>) -> RawServer {
+    RawServer::start(move |head| {
+        if head.nth > 0 {
+            reused.fetch_add(1, Ordering::SeqCst);
+        }
+        vec![
+            Step::Write(format!("HTTP/1.1 200 OK\r\ncontent-length: {len}\r\n\r\n").into_bytes()),
+            Step::Paced { seed: 0, len, piece: 64 * 1024, every: Duration::from_millis(5) },
+        ]
+    })
+    .await
+}
+
+async fn server(len: usize) -> RawServer {
+    server_counting(len, Arc::default()).await
+}
+
+/// A connector that takes `setup` longer than loopback to open a connection.
+#[derive(Clone)]
+struct FarConnector {
+    inner: CountingConnector,
+    setup: Duration,
+}
+
+impl Service<Uri> for FarConnector {
+    type Response = <CountingConnector as Service<Uri>>::Response;
+    type Error = <CountingConnector as Service<Uri>>::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, uri: Uri) -> Self::Future {
+        let (setup, connecting) = (self.setup, self.inner.call(uri));
+        Box::pin(async move {
+            tokio::time::sleep(setup).await;
+            connecting.await
+        })
+    }
+}
+
+/// `n` sequential requests to `server` over connections that take `setup`
+/// to open, bodies dropped unread; returns the connections opened, the
+/// stats and the origin's estimates.
+async fn run(
+    server: &RawServer,
+    setup: Duration,
+    layer: DrainOnDropLayer,
+    n: usize,
+) -> (usize, DrainSnapshot, Vec<OriginSnapshot>) {
+    let connector = CountingConnector::new();
+    let far = FarConnector { inner: connector.clone(), setup };
+    let client: Client<_, Empty<Bytes>> = Client::builder(TokioExecutor::new()).build(far);
+    let stats = layer.stats();
+    let mut svc = ServiceBuilder::new().layer(layer).service(client);
+    for _ in 0..n {
+        let res = svc.ready().await.unwrap().call(get(server.uri("/"))).await.unwrap();
+        assert_eq!(res.status(), 200);
+        drop(res);
+    }
+    wait_for("drains to end", SLACK, || stats.snapshot().in_flight == 0).await;
+    (connector.count(), stats.snapshot(), stats.origins())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn setup_cost_estimate_converges_on_the_servers_delay() {
+    let setup = Duration::from_millis(150);
+    // 64 KiB bodies: drained under any budget, so most responses come on
+    // reused connections and both head times get samples.
+    let server = server(64 * 1024).await;
+    let (_, snap, origins) = run(&server, setup, DrainOnDropLayer::new().adaptive(), 12).await;
+    assert_eq!(origins.len(), 1, "{origins:?}");
+    let origin = &origins[0];
+    assert_eq!(origin.origin, format!("http://{}", server.addr));
+    assert!(origin.new_connections >= 1 && origin.reused_responses >= 5, "{origin:?} {snap:?}");
+    let estimate = origin.setup_cost.expect("estimated");
+    assert!(
+        estimate > setup.mul_f64(0.7) && estimate < setup.mul_f64(1.5),
+        "setup cost estimate {estimate:?} should be close to the server's {setup:?}: {origin:?}"
+    );
+    assert!(origin.throughput.is_some(), "drains measured the throughput: {origin:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lan_like_origin_stops_draining_large_bodies() {
+    // No setup delay: a new connection costs a loopback round trip, far less
+    // than the ~80 ms that reading 1 MiB takes.
+    let server = server(MIB).await;
+    let (conns, snap, origins) = run(&server, Duration::ZERO, DrainOnDropLayer::new().adaptive(), 10).await;
+    assert_eq!(snap.drained, 0, "no 1 MiB body is worth draining here: {snap:?} {origins:?}");
+    assert_eq!(conns, 10, "every request on a new connection, as the estimate says is cheaper");
+
+    // A fixed budget large enough drains every one of them instead.
+    let fixed = DrainOnDropLayer::new().max_bytes(4 * MIB as u64).max_time(Duration::from_secs(1));
+    let (_, snap, _) = run(&server, Duration::ZERO, fixed, 10).await;
+    assert_eq!(snap.drained, 10, "{snap:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_far_origin_starts_draining_bodies_the_fixed_budget_skips() {
+    // A new connection costs 300 ms; reading the 1 MiB rest costs ~80 ms.
+    let reused = Arc::new(AtomicUsize::new(0));
+    let server = server_counting(MIB, reused.clone()).await;
+    let setup = Duration::from_millis(300);
+    let (conns, snap, origins) = run(&server, setup, DrainOnDropLayer::new().adaptive(), 8).await;
+    assert!(snap.drained >= 6, "adaptive drains 1 MiB bodies from a far origin: {snap:?} {origins:?}");
+    // hyper-util dials whenever no connection is idle at checkout and pools
+    // the dialled one even when the drained connection won the race, so
+    // extra connections open while 80 ms drains run; what matters is that
+    // requests go out on drained connections.
+    let reused = reused.load(Ordering::SeqCst);
+    assert!(reused >= 4, "at least half the requests reuse a drained connection: {reused} ({conns} opened)");
+    let budget = origins[0].budget.expect("a decision threshold");
+    assert!(budget.max_bytes() >= MIB as u64, "the threshold admits 1 MiB: {budget:?}");
+
+    // The default fixed budget (256 KiB) skips the declared 1 MiB every time.
+    let (conns, snap, _) = run(&server, setup, DrainOnDropLayer::new(), 4).await;
+    assert_eq!((snap.skipped_over_budget, conns), (4, 4), "{snap:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_an_observer_the_setup_cost_is_the_connectors_own_time() {
+    let setup = Duration::from_millis(150);
+    let server = server(64 * 1024).await;
+    let layer = DrainOnDropLayer::new().adaptive();
+    let stats = layer.stats();
+    let far = FarConnector { inner: CountingConnector::new(), setup };
+    let client: Client<_, Empty<Bytes>> = Client::builder(TokioExecutor::new()).build(layer.observe(far));
+    let mut svc = ServiceBuilder::new().layer(layer).service(client);
+    for _ in 0..3 {
+        drop(svc.ready().await.unwrap().call(get(server.uri("/"))).await.unwrap());
+    }
+    wait_for("drains to end", SLACK, || stats.snapshot().in_flight == 0).await;
+    let estimate = stats.origins()[0].setup_cost.expect("estimated");
+    assert!(
+        estimate >= setup && estimate < setup.mul_f64(1.5),
+        "the observer measured the connector's {setup:?}: {estimate:?}"
+    );
+}
