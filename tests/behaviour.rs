@@ -361,5 +361,7 @@ fn drain_body_is_send_and_unpin_like_incoming() {
     fn send_unpin<T: Send + Unpin + 'static>() {}
     send_unpin::<drain_on_drop::DrainBody<hyper::body::Incoming>>();
     send_unpin::<drain_on_drop::ResponseFuture<hyper_util::client::legacy::ResponseFuture>>();
-    send_unpin::<drain_on_drop::DrainOnDrop<Client<hyper_util::client::legacy::connect::HttpConnector, Empty<Bytes>>>>();
+    send_unpin::<
+        drain_on_drop::DrainOnDrop<Client<hyper_util::client::legacy::connect::HttpConnector, Empty<Bytes>>>,
+    >();
 }
