@@ -34,8 +34,12 @@ pub(crate) const MAX_ORIGINS: usize = 256;
 const MAX_LOCAL_ADDRS: usize = 64;
 /// Weight of a new sample in the running averages.
 const ALPHA: f64 = 0.25;
-/// How fast the peak estimate of new-connection head times decays.
-const PEAK_DECAY: f64 = 0.1;
+/// One early drop in this many gets the ceiling byte budget whatever the
+/// throughput estimate says (still bounded by the setup cost in time), so a
+/// low estimate that stopped all drains is measured again.
+const PROBE_EVERY: u64 = 8;
+/// How fast the skewed head-time estimates move against their skew.
+const SKEW_DECAY: f64 = 0.1;
 /// Transfers shorter than this say little about throughput.
 const MIN_TRANSFER_BYTES: u64 = 16 * 1024;
 
@@ -83,10 +87,21 @@ impl Ewma {
     /// background (its checkout raced the dial and won) looks new but paid
     /// no setup, and must not erase the samples that did.
     fn add_peak(&mut self, x: f64) {
+        self.add_skewed(x, x > self.value.unwrap_or(x));
+    }
+
+    /// Falls fast and rises slowly: for head times on reused connections,
+    /// where a request that waited for a drain to hand its connection back
+    /// looks slow but says nothing about the round trip.
+    fn add_floor(&mut self, x: f64) {
+        self.add_skewed(x, x < self.value.unwrap_or(x));
+    }
+
+    fn add_skewed(&mut self, x: f64, toward: bool) {
         self.samples += 1;
         self.value = Some(match self.value {
-            Some(v) if x > v => v + (x - v) * 0.5,
-            Some(v) => v + (x - v) * PEAK_DECAY,
+            Some(v) if toward => v + (x - v) * 0.5,
+            Some(v) => v + (x - v) * SKEW_DECAY,
             None => x,
         });
     }
@@ -100,7 +115,7 @@ struct Estimates {
     /// Seconds from the call to the response head on a new connection
     /// (peak-weighted, see [`Ewma::add_peak`]).
     head_new: Ewma,
-    /// The same on a reused connection.
+    /// The same on a reused connection (floor-weighted, see [`Ewma::add_floor`]).
     head_reused: Ewma,
     /// Bytes per second of body transfers (drains and callers reading).
     throughput: Ewma,
@@ -108,6 +123,8 @@ struct Estimates {
     local_addrs: VecDeque<SocketAddr>,
     /// The ceilings of the layer that last used this origin, for snapshots.
     ceiling: Option<DrainBudget>,
+    /// Budgets handed out, to make every [`PROBE_EVERY`]th one a probe.
+    handed_out: u64,
 }
 
 impl Estimates {
@@ -144,7 +161,30 @@ impl Estimates {
 pub(crate) struct Origin {
     key: OriginKey,
     last_used: AtomicU64,
+    /// Drains of this origin's bodies running now.
+    draining: AtomicU64,
     estimates: Mutex<Estimates>,
+}
+
+impl fmt::Debug for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Origin").field("key", &self.key).finish_non_exhaustive()
+    }
+}
+
+/// Marks a drain of an origin's body as running until dropped.
+pub(crate) struct Draining(Arc<Origin>);
+
+impl Draining {
+    pub(crate) fn origin(&self) -> &Origin {
+        &self.0
+    }
+}
+
+impl Drop for Draining {
+    fn drop(&mut self) {
+        self.0.draining.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl Origin {
@@ -153,13 +193,27 @@ impl Origin {
         self.estimates.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Whether a drain of this origin's bodies is running.
+    pub(crate) fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Relaxed) > 0
+    }
+
+    /// Counts a drain as running until the guard is dropped.
+    pub(crate) fn start_drain(self: Arc<Self>) -> Draining {
+        self.draining.fetch_add(1, Ordering::Relaxed);
+        Draining(self)
+    }
+
     /// Records a response head that took `head` from the call. `observed`
     /// is the observer's word when there is one (reused, connector time);
     /// otherwise the connection's local address tells whether it was seen
-    /// before.
+    /// before. A request sent `while_draining` may have waited for the drain
+    /// to hand its connection back: its head time on a reused connection
+    /// says nothing about the round trip and is not recorded.
     pub(crate) fn record_head(
         &self,
         head: Duration,
+        while_draining: bool,
         observed: Option<(bool, Duration)>,
         local_addr: Option<SocketAddr>,
     ) {
@@ -184,8 +238,11 @@ impl Origin {
             (None, None) => return,
         };
         let sample = head.as_secs_f64();
+        if reused && while_draining {
+            return;
+        }
         if reused {
-            est.head_reused.add(sample);
+            est.head_reused.add_floor(sample);
         } else {
             est.head_new.add_peak(sample);
         }
@@ -200,10 +257,16 @@ impl Origin {
         self.estimates().throughput.add(bytes as f64 / secs);
     }
 
-    /// The budget a drain from this origin gets now, or `None` while the
-    /// origin has not been seen on a new connection.
+    /// The budget an early drop from this origin gets now, or `None` while
+    /// the origin has not been seen on a new connection.
     pub(crate) fn budget(&self, ceiling: DrainBudget) -> Option<DrainBudget> {
-        self.estimates().budget(ceiling)
+        let mut est = self.estimates();
+        let budget = est.budget(ceiling)?;
+        est.handed_out += 1;
+        if est.handed_out % PROBE_EVERY == 0 {
+            return Some(DrainBudget::new(ceiling.max_bytes, budget.max_time));
+        }
+        Some(budget)
     }
 
     fn snapshot(&self) -> OriginSnapshot {
@@ -281,6 +344,7 @@ impl Origins {
         let origin = Arc::new(Origin {
             key: key.clone(),
             last_used: AtomicU64::new(now),
+            draining: AtomicU64::new(0),
             estimates: Mutex::default(),
         });
         table.insert(key.clone(), origin.clone());
@@ -303,6 +367,7 @@ mod tests {
         Origin {
             key: OriginKey::from_uri(&"https://a.example/x".parse().unwrap()).unwrap(),
             last_used: AtomicU64::new(0),
+            draining: AtomicU64::new(0),
             estimates: Mutex::default(),
         }
     }
@@ -319,13 +384,13 @@ mod tests {
         let o = origin();
         let addr = |port| SocketAddr::from(([127, 0, 0, 1], port));
         for port in [1000, 1001] {
-            o.record_head(Duration::from_millis(300), None, Some(addr(port)));
+            o.record_head(Duration::from_millis(300), false, None, Some(addr(port)));
         }
         // Half the new-connection head time until a reused one is seen.
         let b = o.budget(CEILING).unwrap();
         assert!((b.max_time.as_secs_f64() - 0.150).abs() < 1e-3, "{b:?}");
         for _ in 0..5 {
-            o.record_head(Duration::from_millis(100), None, Some(addr(1000)));
+            o.record_head(Duration::from_millis(100), false, None, Some(addr(1000)));
         }
         let b = o.budget(CEILING).unwrap();
         assert!((b.max_time.as_secs_f64() - 0.200).abs() < 1e-3, "{b:?}");
@@ -334,12 +399,17 @@ mod tests {
         o.record_transfer(1_000_000, Duration::from_secs(1));
         let b = o.budget(CEILING).unwrap();
         assert!((b.max_bytes as i64 - 200_000).abs() < 1_000, "{b:?}");
+        // Every 8th budget probes with the byte ceiling, in the same time.
+        let budgets: Vec<_> = (0..PROBE_EVERY).map(|_| o.budget(CEILING).unwrap()).collect();
+        let probes = budgets.iter().filter(|b| b.max_bytes == CEILING.max_bytes).count();
+        assert_eq!(probes, 1, "{budgets:?}");
+        assert!(budgets.iter().all(|b| b.max_time == budgets[0].max_time));
     }
 
     #[test]
     fn ceilings_bound_the_budget() {
         let o = origin();
-        o.record_head(Duration::from_secs(30), Some((false, Duration::from_secs(30))), None);
+        o.record_head(Duration::from_secs(30), false, Some((false, Duration::from_secs(30))), None);
         let b = o.budget(CEILING).unwrap();
         assert_eq!(b, CEILING);
     }
@@ -349,7 +419,7 @@ mod tests {
         let origins = Origins::default();
         let key = |i: usize| OriginKey::from_uri(&format!("http://h{i}:80/").parse().unwrap()).unwrap();
         let first = origins.get(&key(0), CEILING);
-        first.record_head(Duration::from_millis(10), None, None);
+        first.record_head(Duration::from_millis(10), false, None, None);
         for i in 1..MAX_ORIGINS {
             origins.get(&key(i), CEILING);
         }

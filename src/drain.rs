@@ -29,6 +29,7 @@ pub(crate) fn spawn<B>(
 {
     // The join handle is dropped: the task is detached and ends by itself at
     // the end of the body, on the first error, or at the deadline.
+    let draining = origin.map(Origin::start_drain);
     drop(handle.spawn(async move {
         permit.running();
         let outcome = match budget.deadline {
@@ -37,8 +38,8 @@ pub(crate) fn spawn<B>(
                 .unwrap_or(Outcome::OverTime),
             None => drain(body, budget.max_bytes, &mut permit).await,
         };
-        if let Some(origin) = origin {
-            origin.record_transfer(permit.bytes(), permit.elapsed());
+        if let Some(draining) = draining {
+            draining.origin().record_transfer(permit.bytes(), permit.elapsed());
         }
         permit.finish(outcome);
     }));

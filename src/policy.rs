@@ -69,20 +69,30 @@ pub(crate) struct RequestInfo {
     close: bool,
     /// A per-request [`DrainBudget`] from the extensions.
     pub(crate) budget: Option<DrainBudget>,
-    /// In adaptive mode: the origin and when the request was sent.
-    adaptive: Option<(OriginKey, StdInstant)>,
+    /// In adaptive mode: the request's origin, when it was sent, and
+    /// whether a drain from that origin was running then.
+    adaptive: Option<SentTo>,
 }
 
-impl RequestInfo {
-    pub(crate) fn new<B>(req: &Request<B>, config: &Config) -> Self {
+#[derive(Clone, Debug)]
+struct SentTo {
+    origin: Arc<Origin>,
+    at: StdInstant,
+    while_draining: bool,
+}
+
+impl Policy {
+    /// Reads what `call` needs from the request.
+    pub(crate) fn on_request<B>(&self, req: &Request<B>) -> RequestInfo {
+        let adaptive = self.config.adaptive.then(|| OriginKey::from_uri(req.uri())).flatten().map(|key| {
+            let origin = self.stats.origin_table().get(&key, self.config.ceiling());
+            let while_draining = origin.is_draining();
+            SentTo { origin, at: StdInstant::now(), while_draining }
+        });
         RequestInfo {
             close: has_token(req.headers(), "close"),
             budget: req.extensions().get::<DrainBudget>().copied(),
-            adaptive: config
-                .adaptive
-                .then(|| OriginKey::from_uri(req.uri()))
-                .flatten()
-                .map(|key| (key, StdInstant::now())),
+            adaptive,
         }
     }
 }
@@ -158,11 +168,11 @@ impl Policy {
         reuse: Option<ConnectionReuse>,
         extensions: &Extensions,
     ) -> Option<Arc<Origin>> {
-        let (key, sent) = request.adaptive.as_ref()?;
-        let origin = self.stats.origin_table().get(key, self.config.ceiling());
+        let sent = request.adaptive.as_ref()?;
         let local_addr = extensions.get::<HttpInfo>().map(HttpInfo::local_addr);
-        origin.record_head(sent.elapsed(), reuse.map(|r| (r.reused, r.setup_time)), local_addr);
-        Some(origin)
+        let observed = reuse.map(|r| (r.reused, r.setup_time));
+        sent.origin.record_head(sent.at.elapsed(), sent.while_draining, observed, local_addr);
+        Some(sent.origin.clone())
     }
 
     /// Reads the response head, and what the request said, for a reason why

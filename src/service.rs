@@ -9,7 +9,7 @@ use tower_service::Service;
 use crate::body::DrainBody;
 use crate::future::ResponseFuture;
 use crate::layer::DrainOnDropLayer;
-use crate::policy::{Policy, RequestInfo};
+use crate::policy::Policy;
 use crate::stats::DrainStats;
 
 /// Middleware that drains response bodies dropped before their end, so the
@@ -74,7 +74,7 @@ where
     }
 
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
-        let request = RequestInfo::new(&req, &self.policy.config);
+        let request = self.policy.on_request(&req);
         ResponseFuture::new(self.inner.call(req), self.policy.clone(), request)
     }
 }
