@@ -43,10 +43,12 @@ impl DrainOnDropLayer {
         self
     }
 
-    /// Byte budget: the most data bytes one drain reads. A body whose
+    /// Byte budget: the data bytes one drain may read. A body whose
     /// remaining length is known and larger is not drained at all; a body of
-    /// unknown length that turns out larger is abandoned once the budget is
-    /// spent. Either way hyper closes that connection.
+    /// unknown length that turns out larger is abandoned at the first frame
+    /// that crosses the budget (so a drain reads at most one of hyper's
+    /// frames past it: a chunk, or one read of hyper's buffer). Either way
+    /// hyper closes that connection.
     ///
     /// `0` disables draining. Default is 256 KiB (262,144 bytes).
     ///

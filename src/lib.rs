@@ -132,10 +132,14 @@
 //!
 //! # Runtime
 //!
-//! Drains run on the tokio runtime current when the response arrived; it
-//! must have its time driver enabled (as `#[tokio::main]` and hyper-util's
-//! pool timers require anyway). A body dropped outside any runtime, or after
-//! that runtime shut down, is not drained: it is dropped as hyper would and
+//! Drains run on the tokio runtime current when the response arrived,
+//! wherever the body is dropped (another task, another thread, outside any
+//! runtime); that runtime must have its time driver enabled (as
+//! `#[tokio::main]` does). A current-thread runtime runs the drain only
+//! when it is driven again, so until then the drain holds its connection and
+//! a `max_concurrent_drains` slot; the time budget still counts from the
+//! drop. A body whose response arrived outside any runtime, or dropped after
+//! its runtime shut down, is not drained: it is dropped as hyper would and
 //! counted as skipped. A drain still running when the runtime shuts down is
 //! dropped with it and counted as abandoned.
 //!

@@ -193,7 +193,14 @@ impl Policy {
         if version <= Version::HTTP_10 && !has_token(headers, "keep-alive") {
             return Some(SkipReason::ConnectionClose);
         }
-        if !headers.contains_key(CONTENT_LENGTH) && !is_chunked(headers) {
+        // As hyper frames it: any Transfer-Encoding overrides Content-Length,
+        // and one that does not end in chunked is read until the close.
+        let framed = if headers.contains_key(TRANSFER_ENCODING) {
+            is_chunked(headers)
+        } else {
+            headers.contains_key(CONTENT_LENGTH)
+        };
+        if !framed {
             return Some(SkipReason::CloseDelimited);
         }
         if self.is_stream(headers) {
@@ -278,6 +285,11 @@ mod tests {
         assert_eq!(inspect(false, Version::HTTP_11, &chunked), None);
         let not_last = headers(&[("transfer-encoding", "chunked, gzip")]);
         assert_eq!(inspect(false, Version::HTTP_11, &not_last), Some(SkipReason::CloseDelimited));
+        // hyper ignores Content-Length beside any Transfer-Encoding.
+        let gzip_cl = headers(&[("transfer-encoding", "gzip"), ("content-length", "100")]);
+        assert_eq!(inspect(false, Version::HTTP_11, &gzip_cl), Some(SkipReason::CloseDelimited));
+        let chunked_cl = headers(&[("transfer-encoding", "chunked"), ("content-length", "100")]);
+        assert_eq!(inspect(false, Version::HTTP_11, &chunked_cl), None);
     }
 
     #[test]

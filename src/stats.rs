@@ -140,8 +140,10 @@ impl fmt::Debug for DrainStats {
 #[non_exhaustive]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DrainSnapshot {
-    /// Drains that reached the end of the body: the connection went back to
-    /// the pool (unless the server closed it).
+    /// Drains that reached the end of the body. hyper then pools the
+    /// connection, unless it cannot: the server sent bytes after the body or
+    /// closed the connection, the request body upload failed, or the
+    /// client's pool is disabled (which the layer cannot see).
     pub drained: u64,
     /// Drains given up: the byte budget or the time budget ran out, or the
     /// runtime shut down while the drain ran. The connection was closed.

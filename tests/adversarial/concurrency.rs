@@ -1,0 +1,143 @@
+//! 21. Many callers dropping bodies at once, and the cap on drains running.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use drain_on_drop::{DrainOnDropLayer, DrainStats};
+use tokio::sync::Barrier;
+use tower::{Service, ServiceExt};
+
+use crate::harness::*;
+use crate::support::*;
+
+/// Samples `in_flight` on a plain thread, as fast as it can, until stopped;
+/// returns the largest value seen.
+struct Sampler {
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<u64>,
+}
+
+impl Sampler {
+    fn start(stats: DrainStats) -> Sampler {
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = std::thread::spawn({
+            let stop = stop.clone();
+            move || {
+                let mut max = 0;
+                while !stop.load(Ordering::SeqCst) {
+                    max = max.max(stats.snapshot().in_flight);
+                    std::thread::yield_now();
+                }
+                max
+            }
+        });
+        Sampler { stop, thread }
+    }
+
+    fn stop(self) -> u64 {
+        self.stop.store(true, Ordering::SeqCst);
+        self.thread.join().unwrap()
+    }
+}
+
+/// A body that stalls: `Content-Length: 4096`, 512 bytes, then nothing.
+fn stalled(_: &Head) -> Vec<Step> {
+    vec![Step::Write(cat(&[&cl_head(4096), &body_bytes(0, 512)])), Step::Hang]
+}
+
+/// 50 callers drop stalled bodies at the same moment with a cap of 4: four
+/// drains run (and end on time), the other 46 drops are skipped at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cap_of_4_drains_holds_under_50_simultaneous_early_drops() {
+    const CALLERS: usize = 50;
+    const CAP: usize = 4;
+    let max_time = Duration::from_millis(500);
+    let layer = DrainOnDropLayer::new().max_time(max_time).max_concurrent_drains(CAP);
+    let rig = Rig::with(layer, max_time, rig_client(), stalled).await;
+    let sampler = Sampler::start(rig.stats.clone());
+    let barrier = Arc::new(Barrier::new(CALLERS));
+    let mut callers = Vec::new();
+    for _ in 0..CALLERS {
+        let mut svc = rig.svc.clone();
+        let req = get(rig.server.uri("/stall"));
+        let barrier = barrier.clone();
+        callers.push(tokio::spawn(async move {
+            let res = svc.ready().await.unwrap().call(req).await.unwrap();
+            // Everyone has a response head; now all drop at once.
+            barrier.wait().await;
+            drop(res);
+        }));
+    }
+    for caller in callers {
+        caller.await.expect("no caller panics");
+    }
+    rig.settle().await;
+    let max_seen = sampler.stop();
+    let s = rig.stats.snapshot();
+    assert!(max_seen <= CAP as u64, "in_flight never exceeds the cap of {CAP}: saw {max_seen}");
+    assert_eq!(max_seen, CAP as u64, "the cap is reached: saw {max_seen}");
+    assert_eq!(
+        counted(&s),
+        Counted {
+            abandoned: CAP as u64,
+            abandoned_over_time: CAP as u64,
+            skipped: (CALLERS - CAP) as u64,
+            ..Counted::NOTHING
+        },
+        "{CAP} drains ran out of time, the rest were skipped: {s:?}"
+    );
+    rig.wait_server_closed("every stalled connection to be closed").await;
+}
+
+/// 16 callers, 25 requests each, each reading one frame of a 32 KiB chunked
+/// body and dropping the rest, on one shared client: every drop is drained,
+/// and connections are reused (without the layer: one per request).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_callers_dropping_at_once_are_all_drained_and_reuse_connections() {
+    const CALLERS: usize = 16;
+    const EACH: usize = 25;
+    let rig = Rig::start(256 * 1024, GENEROUS, |head| {
+        chunked(query(&head.path, "seed").unwrap(), 32 * KIB, 4 * KIB)
+    })
+    .await;
+    let read = Arc::new(AtomicU64::new(0));
+    let mut callers = Vec::new();
+    for caller in 0..CALLERS {
+        let mut svc = rig.svc.clone();
+        let server = rig.server.uri("/");
+        let read = read.clone();
+        callers.push(tokio::spawn(async move {
+            for i in 0..EACH {
+                let seed = (caller * EACH + i) as u64;
+                let uri = format!("http://{}/?seed={seed}", server.authority().unwrap());
+                let res = svc.ready().await.unwrap().call(get(uri.parse().unwrap())).await;
+                let mut body = res.expect("every request works").into_body();
+                let n = read_one_frame(&mut body).await.expect("a first frame");
+                read.fetch_add(n as u64, Ordering::SeqCst);
+                // Dropped on whichever worker this task runs on now.
+                drop(body);
+            }
+        }));
+    }
+    for caller in callers {
+        caller.await.expect("no caller panics");
+    }
+    rig.settle().await;
+    let s = rig.stats.snapshot();
+    let total = (CALLERS * EACH) as u64;
+    assert_eq!(
+        counted(&s),
+        Counted { drained: total, ..Counted::NOTHING },
+        "every early drop drained: {s:?}"
+    );
+    assert_eq!(
+        s.bytes_drained + read.load(Ordering::SeqCst),
+        total * 32 * KIB as u64,
+        "every byte was read once, by the caller or by a drain"
+    );
+    let conns = rig.connector.count();
+    println!("{total} requests from {CALLERS} callers: {conns} connections");
+    assert!(conns <= 4 * CALLERS, "connections are reused: {conns} for {total} requests");
+}
