@@ -48,7 +48,9 @@ impl DrainOnDropLayer {
     /// unknown length that turns out larger is abandoned at the first frame
     /// that crosses the budget (so a drain reads at most one of hyper's
     /// frames past it: a chunk, or one read of hyper's buffer). Either way
-    /// hyper closes that connection.
+    /// the body is dropped and hyper closes that connection, unless what is
+    /// left is already in its buffer (then hyper's own read at the drop
+    /// finishes the body and the connection is pooled).
     ///
     /// `0` disables draining. Default is 256 KiB (262,144 bytes).
     ///

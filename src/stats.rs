@@ -146,7 +146,10 @@ pub struct DrainSnapshot {
     /// client's pool is disabled (which the layer cannot see).
     pub drained: u64,
     /// Drains given up: the byte budget or the time budget ran out, or the
-    /// runtime shut down while the drain ran. The connection was closed.
+    /// runtime shut down while the drain ran. The body is dropped, and hyper
+    /// closes the connection unless its own single read at the drop finds
+    /// the end of the body already buffered (say, a chunked body whose last
+    /// data frame crossed the budget and whose final chunk had arrived).
     pub abandoned: u64,
     /// Early drops for which no drain was started, whatever the reason
     /// (disabled, `Connection: close`, HTTP/2, declared length over budget,

@@ -365,3 +365,44 @@ fn drain_body_is_send_and_unpin_like_incoming() {
         drain_on_drop::DrainOnDrop<Client<hyper_util::client::legacy::connect::HttpConnector, Empty<Bytes>>>,
     >();
 }
+
+/// A body that always has an empty frame ready: it never waits and never
+/// ends.
+struct AlwaysReady;
+
+impl http_body::Body for AlwaysReady {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Infallible>>> {
+        std::task::Poll::Ready(Some(Ok(http_body::Frame::data(Bytes::new()))))
+    }
+}
+
+/// On a current-thread runtime a drain that never had to wait would starve
+/// its own deadline (and everything else) if it did not yield.
+#[test]
+fn a_body_that_is_always_ready_does_not_hold_the_worker_past_max_time() {
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let snap = runtime.block_on(async {
+            let layer = DrainOnDropLayer::new().max_time(Duration::from_millis(50));
+            let stats = layer.stats();
+            let mut svc = ServiceBuilder::new().layer(layer).service_fn(|_req: Request<()>| async {
+                let mut res = Response::new(AlwaysReady);
+                res.headers_mut().insert(http::header::CONTENT_LENGTH, 1_000_000.into());
+                Ok::<_, Infallible>(res)
+            });
+            drop(svc.ready().await.unwrap().call(Request::new(())).await.unwrap());
+            wait_for("the drain to end", SLACK, || stats.snapshot().in_flight == 0).await;
+            stats.snapshot()
+        });
+        let _ = done_tx.send(snap);
+    });
+    let snap = done_rx.recv_timeout(Duration::from_secs(10)).expect("the runtime is not stuck in the drain");
+    assert_eq!(snap.abandoned_over_time, 1, "{snap:?}");
+}
