@@ -1,0 +1,29 @@
+//! Helpers shared by the bench targets (see `docs/BENCHMARKS.md`).
+//!
+//! - [`args`]: `--quick` / `DRAIN_BENCH_QUICK`, `--rtt MS`, `--repeat K`.
+//! - [`server`]: an HTTP/1.1 hyper server on `127.0.0.1:0` (plain or TLS 1.3)
+//!   that counts the connections it accepts.
+//! - [`proxy`]: a loopback TCP proxy that adds a round-trip time.
+//! - [`tls`]: a self-signed certificate and the rustls configs trusting it.
+//! - [`client`]: the counting connector and the clients compared
+//!   (hyper-util alone, with `DrainOnDropLayer`, read-to-end control, and a
+//!   diagnostic reading bodies in a spawned task).
+//! - [`run`]: sequential and concurrent request loops and their outcome.
+//! - [`table`]: Markdown tables.
+//!
+//! Each bench target uses part of this module.
+#![allow(dead_code, unreachable_pub)]
+
+pub mod args;
+pub mod client;
+pub mod proxy;
+pub mod run;
+pub mod server;
+pub mod table;
+pub mod tls;
+
+/// One kibibyte.
+pub const KIB: usize = 1024;
+
+/// Boxed error for bench plumbing.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
