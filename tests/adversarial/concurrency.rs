@@ -88,6 +88,7 @@ async fn cap_of_4_drains_holds_under_50_simultaneous_early_drops() {
         },
         "{CAP} drains ran out of time, the rest were skipped: {s:?}"
     );
+    assert_eq!(s.skipped_saturated, (CALLERS - CAP) as u64, "skipped because the cap was reached: {s:?}");
     rig.wait_server_closed("every stalled connection to be closed").await;
 }
 

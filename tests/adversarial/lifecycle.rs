@@ -316,6 +316,7 @@ fn body_dropped_outside_an_idle_current_thread_runtime_waits_for_that_runtime() 
         Counted::SKIPPED,
         "the runtime went away before the drain ran: skipped"
     );
+    assert_eq!(stats.snapshot().skipped_no_runtime, 1, "reason: no runtime");
     drop(svc);
 
     // Runtime driven again after the drop: drained.

@@ -379,6 +379,7 @@ async fn s11_response_connection_close_is_skipped() {
     let first = drop_unread(&mut rig).await;
     let s = rig.stats.snapshot();
     assert_eq!(counted(&s), Counted::SKIPPED, "{s:?}");
+    assert_eq!(s.skipped_connection_close, 1, "reason: connection close");
     assert_ne!(rig.next_is_clean(1).await, first, "not reused");
 }
 
@@ -410,6 +411,7 @@ async fn s12_close_delimited_body_is_skipped() {
     let first = drop_unread(&mut rig).await;
     let s = rig.stats.snapshot();
     assert_eq!(counted(&s), Counted::SKIPPED, "{s:?}");
+    assert_eq!(s.skipped_close_delimited, 1, "reason: close-delimited");
     rig.wait_server_closed("the client to close a close-delimited response").await;
     assert_ne!(rig.next_is_clean(1).await, first, "not reused");
 }
@@ -425,6 +427,7 @@ async fn s12_http10_without_keep_alive_is_skipped() {
     let first = drop_unread(&mut rig).await;
     let s = rig.stats.snapshot();
     assert_eq!(counted(&s), Counted::SKIPPED, "{s:?}");
+    assert_eq!(s.skipped_connection_close, 1, "reason: HTTP/1.0 without keep-alive closes");
     assert_ne!(rig.next_is_clean(1).await, first, "not reused");
 }
 
