@@ -13,7 +13,7 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use http::Uri;
 use http::uri::{Authority, Scheme};
@@ -34,10 +34,12 @@ pub(crate) const MAX_ORIGINS: usize = 256;
 const MAX_LOCAL_ADDRS: usize = 64;
 /// Weight of a new sample in the running averages.
 const ALPHA: f64 = 0.25;
-/// One early drop in this many gets the ceiling byte budget whatever the
-/// throughput estimate says (still bounded by the setup cost in time), so a
-/// low estimate that stopped all drains is measured again.
-const PROBE_EVERY: u64 = 8;
+/// When the throughput estimate is older than this, the next early drop gets
+/// the ceiling byte budget whatever the estimate says (still bounded by the
+/// setup cost in time), so a low estimate that stopped all drains is
+/// measured again. At most one such probe per origin per interval: on a LAN
+/// it costs one setup cost of link time a second.
+const PROBE_AFTER: Duration = Duration::from_secs(1);
 /// How fast the skewed head-time estimates move against their skew.
 const SKEW_DECAY: f64 = 0.1;
 /// Transfers shorter than this say little about throughput.
@@ -123,8 +125,8 @@ struct Estimates {
     local_addrs: VecDeque<SocketAddr>,
     /// The ceilings of the layer that last used this origin, for snapshots.
     ceiling: Option<DrainBudget>,
-    /// Budgets handed out, to make every [`PROBE_EVERY`]th one a probe.
-    handed_out: u64,
+    /// When the throughput was last measured or probed for.
+    throughput_at: Option<Instant>,
 }
 
 impl Estimates {
@@ -254,16 +256,23 @@ impl Origin {
             return;
         }
         let secs = elapsed.as_secs_f64().max(1e-6);
-        self.estimates().throughput.add(bytes as f64 / secs);
+        let mut est = self.estimates();
+        est.throughput.add(bytes as f64 / secs);
+        est.throughput_at = Some(Instant::now());
     }
 
     /// The budget an early drop from this origin gets now, or `None` while
     /// the origin has not been seen on a new connection.
     pub(crate) fn budget(&self, ceiling: DrainBudget) -> Option<DrainBudget> {
+        self.budget_at(ceiling, Instant::now())
+    }
+
+    fn budget_at(&self, ceiling: DrainBudget, now: Instant) -> Option<DrainBudget> {
         let mut est = self.estimates();
         let budget = est.budget(ceiling)?;
-        est.handed_out += 1;
-        if est.handed_out % PROBE_EVERY == 0 {
+        let stale = est.throughput_at.is_some_and(|at| now.saturating_duration_since(at) > PROBE_AFTER);
+        if stale {
+            est.throughput_at = Some(now);
             return Some(DrainBudget::new(ceiling.max_bytes, budget.max_time));
         }
         Some(budget)
@@ -399,8 +408,9 @@ mod tests {
         o.record_transfer(1_000_000, Duration::from_secs(1));
         let b = o.budget(CEILING).unwrap();
         assert!((b.max_bytes as i64 - 200_000).abs() < 1_000, "{b:?}");
-        // Every 8th budget probes with the byte ceiling, in the same time.
-        let budgets: Vec<_> = (0..PROBE_EVERY).map(|_| o.budget(CEILING).unwrap()).collect();
+        // A stale estimate gets one probe with the byte ceiling, in the same time.
+        let later = Instant::now() + PROBE_AFTER * 2;
+        let budgets: Vec<_> = (0..4).map(|_| o.budget_at(CEILING, later).unwrap()).collect();
         let probes = budgets.iter().filter(|b| b.max_bytes == CEILING.max_bytes).count();
         assert_eq!(probes, 1, "{budgets:?}");
         assert!(budgets.iter().all(|b| b.max_time == budgets[0].max_time));

@@ -147,6 +147,9 @@ impl DrainOnDropLayer {
     /// byte budget of what the throughput moves in that time; a body whose
     /// remaining length is known and larger is not drained at all. Until an
     /// origin has been seen on a new connection, the fixed budgets apply.
+    /// When the throughput estimate is more than a second old, the next drop
+    /// probes with the byte ceiling (still within the setup-cost time), so
+    /// an origin whose estimate stopped all drains is measured again.
     ///
     /// [`max_bytes`](Self::max_bytes) and [`max_time`](Self::max_time), when
     /// set, are hard ceilings; otherwise the ceilings are 4 MiB and 1 s. At
