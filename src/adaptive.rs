@@ -34,12 +34,18 @@ pub(crate) const MAX_ORIGINS: usize = 256;
 const MAX_LOCAL_ADDRS: usize = 64;
 /// Weight of a new sample in the running averages.
 const ALPHA: f64 = 0.25;
-/// When the throughput estimate is older than this, the next early drop gets
-/// the ceiling byte budget whatever the estimate says (still bounded by the
-/// setup cost in time), so a low estimate that stopped all drains is
-/// measured again. At most one such probe per origin per interval: on a LAN
-/// it costs one setup cost of link time a second.
-const PROBE_AFTER: Duration = Duration::from_secs(1);
+/// When no transfer refreshed the throughput estimate for this long (or
+/// none was measured since the first budget), the next early drop gets the
+/// ceiling byte budget whatever the estimate says, still bounded by the
+/// setup cost in time, so a low estimate that stopped all drains is measured
+/// again. At most one such probe per origin per interval: its cost, at most
+/// one setup cost of link time, is bounded in time rather than a share of
+/// the early drops.
+const PROBE_AFTER: Duration = Duration::from_secs(10);
+/// Throughput assumed until one is measured (1 Gbit/s): optimistic, so the
+/// first drains run and measure it, but finite, so a body that could only be
+/// read within the setup cost on a faster link is not drained.
+const UNMEASURED_THROUGHPUT: f64 = 125e6;
 /// How fast the skewed head-time estimates move against their skew.
 const SKEW_DECAY: f64 = 0.1;
 /// Transfers shorter than this say little about throughput.
@@ -125,16 +131,19 @@ struct Estimates {
     local_addrs: VecDeque<SocketAddr>,
     /// The ceilings of the layer that last used this origin, for snapshots.
     ceiling: Option<DrainBudget>,
-    /// When the throughput was last measured or probed for.
+    /// The origin's scheme is `https`.
+    tls: bool,
+    /// When the throughput was last measured or probed for (or the first
+    /// budget handed out, before any measurement).
     throughput_at: Option<Instant>,
 }
 
 impl Estimates {
     /// Seconds a new connection costs: the connector's own time when an
     /// observer measured it; otherwise the head time on new connections
-    /// minus that on reused ones, or half the former until the latter is
-    /// known (a new connection costs at least one round trip of the two it
-    /// takes to get a head on plain TCP, two of three with TLS).
+    /// minus that on reused ones, or, until the latter is known, the share of
+    /// the former that setting up takes: one round trip of the two it takes
+    /// to get a head on plain TCP, two of three with TLS 1.3.
     fn setup_cost(&self) -> Option<f64> {
         if let Some(connect) = self.connect.value {
             return Some(connect);
@@ -142,6 +151,7 @@ impl Estimates {
         let new = self.head_new.value?;
         Some(match self.head_reused.value {
             Some(reused) => (new - reused).max(0.0),
+            None if self.tls => new * 2.0 / 3.0,
             None => new / 2.0,
         })
     }
@@ -149,12 +159,8 @@ impl Estimates {
     fn budget(&self, ceiling: DrainBudget) -> Option<DrainBudget> {
         let setup = self.setup_cost()?;
         let time = (setup * FACTOR).min(ceiling.max_time.as_secs_f64());
-        let bytes = match self.throughput.value {
-            Some(rate) => ((rate * time) as u64).min(ceiling.max_bytes),
-            // Unknown throughput: the time budget alone bounds the drain,
-            // and the drain measures the throughput.
-            None => ceiling.max_bytes,
-        };
+        let rate = self.throughput.value.unwrap_or(UNMEASURED_THROUGHPUT);
+        let bytes = ((rate * time) as u64).min(ceiling.max_bytes);
         Some(DrainBudget::new(bytes, Duration::from_secs_f64(time)))
     }
 }
@@ -270,8 +276,10 @@ impl Origin {
     fn budget_at(&self, ceiling: DrainBudget, now: Instant) -> Option<DrainBudget> {
         let mut est = self.estimates();
         let budget = est.budget(ceiling)?;
-        let stale = est.throughput_at.is_some_and(|at| now.saturating_duration_since(at) > PROBE_AFTER);
-        if stale {
+        // Counted from the first budget when nothing was measured yet.
+        let since = *est.throughput_at.get_or_insert(now);
+        let stale = now.saturating_duration_since(since) >= PROBE_AFTER;
+        if stale && budget.max_bytes < ceiling.max_bytes {
             est.throughput_at = Some(now);
             return Some(DrainBudget::new(ceiling.max_bytes, budget.max_time));
         }
@@ -354,7 +362,10 @@ impl Origins {
             key: key.clone(),
             last_used: AtomicU64::new(now),
             draining: AtomicU64::new(0),
-            estimates: Mutex::default(),
+            estimates: Mutex::new(Estimates {
+                tls: key.scheme == Some(Scheme::HTTPS),
+                ..Estimates::default()
+            }),
         });
         table.insert(key.clone(), origin.clone());
         origin
@@ -403,12 +414,17 @@ mod tests {
         }
         let b = o.budget(CEILING).unwrap();
         assert!((b.max_time.as_secs_f64() - 0.200).abs() < 1e-3, "{b:?}");
-        assert_eq!(b.max_bytes, CEILING.max_bytes, "throughput unknown: bytes bounded by the ceiling");
+        assert_eq!(
+            b.max_bytes, CEILING.max_bytes,
+            "throughput unknown: 1 Gbit/s for 200 ms is over the ceiling"
+        );
         // 1 MB/s for 200 ms: 200 kB.
         o.record_transfer(1_000_000, Duration::from_secs(1));
         let b = o.budget(CEILING).unwrap();
         assert!((b.max_bytes as i64 - 200_000).abs() < 1_000, "{b:?}");
-        // A stale estimate gets one probe with the byte ceiling, in the same time.
+        // A fresh estimate gets no probe; a stale one gets one probe with the
+        // byte ceiling, in the same time.
+        assert!((0..8).all(|_| o.budget(CEILING).unwrap() == b));
         let later = Instant::now() + PROBE_AFTER * 2;
         let budgets: Vec<_> = (0..4).map(|_| o.budget_at(CEILING, later).unwrap()).collect();
         let probes = budgets.iter().filter(|b| b.max_bytes == CEILING.max_bytes).count();

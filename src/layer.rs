@@ -136,7 +136,9 @@ impl DrainOnDropLayer {
     /// estimates of
     /// - the **setup cost** of a new connection: time from the call to the
     ///   response head on new connections minus that on reused ones (half
-    ///   the former until a reused connection was seen). New and reused
+    ///   the former, two thirds for `https`, until a reused connection was
+    ///   seen; the connector's own time when an [`ObserveConnector`] is
+    ///   installed). New and reused
     ///   connections are told apart by the connection's local address in
     ///   hyper-util's `HttpInfo` (which `HttpConnector`, and TLS connectors
     ///   built on it, provide), or by an [`ObserveConnector`] when installed;
@@ -144,10 +146,11 @@ impl DrainOnDropLayer {
     ///   callers read to the end (transfers of 16 KiB or more).
     ///
     /// A drain then gets a time budget of the setup cost (times 1.0) and a
-    /// byte budget of what the throughput moves in that time; a body whose
-    /// remaining length is known and larger is not drained at all. Until an
+    /// byte budget of what the throughput moves in that time (1 Gbit/s is
+    /// assumed until a throughput was measured); a body whose remaining
+    /// length is known and larger is not drained at all. Until an
     /// origin has been seen on a new connection, the fixed budgets apply.
-    /// When the throughput estimate is more than a second old, the next drop
+    /// When the throughput estimate is more than 10 s old, the next drop
     /// probes with the byte ceiling (still within the setup-cost time), so
     /// an origin whose estimate stopped all drains is measured again.
     ///
