@@ -10,6 +10,12 @@ pub struct Args {
     pub quick: bool,
     /// Round-trip time the latency proxy adds: `--rtt MS`. Default 20 ms.
     pub rtt: Duration,
+    /// Whether `--rtt` was given (benches that sweep round-trip times then
+    /// run that one only).
+    pub rtt_given: bool,
+    /// Bandwidth of the proxy's shared link in Mbit/s: `--bandwidth MBIT`.
+    /// Only benches that use a shared link read it; `None` when not given.
+    pub bandwidth_mbit: Option<u64>,
     /// Runs per measurement; tables show the median: `--repeat K`. Each
     /// bench has its own default (see [`Args::repeat`]).
     repeat: Option<usize>,
@@ -24,7 +30,13 @@ impl Args {
     /// Parses the process arguments. Unknown arguments (cargo passes
     /// `--bench`, and maybe a filter) are ignored.
     pub fn parse() -> Args {
-        let mut args = Args { quick: quick_from_env(), rtt: Duration::from_millis(20), repeat: None };
+        let mut args = Args {
+            quick: quick_from_env(),
+            rtt: Duration::from_millis(20),
+            rtt_given: false,
+            bandwidth_mbit: None,
+            repeat: None,
+        };
         let mut bench_mode = false;
         let mut it = std::env::args().skip(1);
         while let Some(arg) = it.next() {
@@ -39,7 +51,11 @@ impl Args {
             match flag.as_str() {
                 "--bench" => bench_mode = true,
                 "--quick" => args.quick = true,
-                "--rtt" => args.rtt = Duration::from_millis(value("--rtt MS")),
+                "--rtt" => {
+                    args.rtt = Duration::from_millis(value("--rtt MS"));
+                    args.rtt_given = true;
+                }
+                "--bandwidth" => args.bandwidth_mbit = Some(value("--bandwidth MBIT").max(1)),
                 "--repeat" => args.repeat = Some(value("--repeat K").max(1) as usize),
                 _ => eprintln!("ignoring argument {arg:?}"),
             }

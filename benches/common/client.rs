@@ -17,7 +17,7 @@ use http::{Request, Response, Uri};
 use http_body::Body;
 use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
+use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector, HttpInfo};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio_rustls::TlsConnector;
@@ -93,6 +93,9 @@ pub struct CountingConnector {
     http: HttpConnector,
     tls: Option<TlsConnector>,
     counts: Arc<Counts>,
+    /// Report the TCP connection's addresses (`HttpInfo`) to hyper-util, as
+    /// `HttpConnector` and the TLS connectors built on it do.
+    http_info: bool,
 }
 
 impl CountingConnector {
@@ -106,7 +109,16 @@ impl CountingConnector {
                 Some(tls.connector.clone())
             }
         };
-        CountingConnector { http, tls, counts: Arc::default() }
+        CountingConnector { http, tls, counts: Arc::default(), http_info: false }
+    }
+
+    /// The same, reporting each connection's addresses in hyper-util's
+    /// `HttpInfo` (which the adaptive mode uses to tell new connections from
+    /// reused ones), as hyper-util's `HttpConnector` does, and TLS connectors
+    /// built on it (hyper-rustls, hyper-tls) pass on. Off in
+    /// [`CountingConnector::new`], which the issue 3 benches use.
+    pub fn with_http_info(net: &Net) -> CountingConnector {
+        CountingConnector { http_info: true, ..CountingConnector::new(net) }
     }
 
     /// Connections established so far.
@@ -136,13 +148,21 @@ impl Service<Uri> for CountingConnector {
         counts.started.fetch_add(1, Ordering::SeqCst);
         let dial = self.http.call(uri);
         let tls = self.tls.clone();
+        let http_info = self.http_info;
         Box::pin(async move {
             let result = async {
-                let tcp = dial.await?.into_inner();
-                Ok::<_, BoxError>(match tls {
-                    None => Conn(Box::new(tcp)),
-                    Some(tls) => Conn(Box::new(tls.connect(Tls::server_name(), tcp).await?)),
-                })
+                let tcp = dial.await?;
+                let info = http_info.then(|| {
+                    let mut extensions = http::Extensions::new();
+                    tcp.connected().get_extras(&mut extensions);
+                    extensions.remove::<HttpInfo>()
+                });
+                let tcp = tcp.into_inner();
+                let io: Box<dyn Io> = match tls {
+                    None => Box::new(tcp),
+                    Some(tls) => Box::new(tls.connect(Tls::server_name(), tcp).await?),
+                };
+                Ok::<_, BoxError>(Conn(io, info.flatten()))
             }
             .await;
             if result.is_ok() {
@@ -157,12 +177,16 @@ impl Service<Uri> for CountingConnector {
 trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
 
-/// A client connection: TCP or TLS over TCP.
-pub struct Conn(Box<dyn Io>);
+/// A client connection: TCP or TLS over TCP, and the TCP connection's
+/// addresses when the connector reports them.
+pub struct Conn(Box<dyn Io>, Option<HttpInfo>);
 
 impl Connection for Conn {
     fn connected(&self) -> Connected {
-        Connected::new()
+        match &self.1 {
+            Some(info) => Connected::new().extra(info.clone()),
+            None => Connected::new(),
+        }
     }
 }
 
@@ -222,12 +246,24 @@ pub struct BenchClient {
 
 impl BenchClient {
     pub fn new(kind: Kind, net: &Net) -> BenchClient {
-        let connector = CountingConnector::new(net);
+        let layer = (kind == Kind::Layer).then(DrainOnDropLayer::new);
+        BenchClient::build(kind, layer, CountingConnector::new(net))
+    }
+
+    /// A client whose connector reports connection addresses
+    /// ([`CountingConnector::with_http_info`]): under `layer` when given
+    /// (as [`Kind::Layer`]), otherwise bare, with the caller behaving as
+    /// `kind` says.
+    pub fn with_http_info(kind: Kind, layer: Option<DrainOnDropLayer>, net: &Net) -> BenchClient {
+        let kind = if layer.is_some() { Kind::Layer } else { kind };
+        BenchClient::build(kind, layer, CountingConnector::with_http_info(net))
+    }
+
+    fn build(kind: Kind, layer: Option<DrainOnDropLayer>, connector: CountingConnector) -> BenchClient {
         let client = Client::builder(TokioExecutor::new()).build(connector.clone());
-        let (svc, stats) = match kind {
-            Kind::HyperAlone | Kind::ReadToEnd | Kind::SpawnedReadToEnd => (Svc::Bare(client), None),
-            Kind::Layer => {
-                let layer = DrainOnDropLayer::new();
+        let (svc, stats) = match layer {
+            None => (Svc::Bare(client), None),
+            Some(layer) => {
                 let stats = layer.stats();
                 let svc = ServiceBuilder::new().layer(layer).service(client);
                 (Svc::Layer(svc), Some(stats))
@@ -259,6 +295,11 @@ impl BenchClient {
     /// The layer's counters (`None` without the layer).
     pub fn drains(&self) -> Option<DrainSnapshot> {
         self.stats.as_ref().map(DrainStats::snapshot)
+    }
+
+    /// The layer's stats handle (`None` without the layer).
+    pub fn stats(&self) -> Option<&DrainStats> {
+        self.stats.as_ref()
     }
 
     /// Waits until no dial and no drain is running and `accepted()` (the

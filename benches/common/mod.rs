@@ -1,13 +1,16 @@
 //! Helpers shared by the bench targets (see `docs/BENCHMARKS.md`).
 //!
-//! - [`args`]: `--quick` / `DRAIN_BENCH_QUICK`, `--rtt MS`, `--repeat K`.
+//! - [`args`]: `--quick` / `DRAIN_BENCH_QUICK`, `--rtt MS`, `--repeat K`,
+//!   `--bandwidth MBIT`.
 //! - [`server`]: an HTTP/1.1 hyper server on `127.0.0.1:0` (plain or TLS 1.3)
 //!   that counts the connections it accepts.
-//! - [`proxy`]: a loopback TCP proxy that adds a round-trip time.
+//! - [`proxy`]: a loopback TCP proxy that adds a round-trip time, and
+//!   optionally a bandwidth limit on one link shared by all its connections.
 //! - [`tls`]: a self-signed certificate and the rustls configs trusting it.
 //! - [`client`]: the counting connector and the clients compared
 //!   (hyper-util alone, with `DrainOnDropLayer`, read-to-end control, and a
-//!   diagnostic reading bodies in a spawned task).
+//!   diagnostic reading bodies in a spawned task), or a client under any
+//!   given layer.
 //! - [`run`]: sequential and concurrent request loops and their outcome.
 //! - [`table`]: Markdown tables.
 //!

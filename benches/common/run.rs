@@ -131,24 +131,38 @@ impl Runtimes {
 
     /// `n` sequential requests by a fresh `kind` client to a fresh server.
     pub fn sequential(&self, net: &Net, kind: Kind, case: Case, n: usize, repeat: usize) -> Outcome {
-        self.median(repeat, || async {
-            let endpoint = Endpoint::start(self.server.handle(), net);
-            let mut client = BenchClient::new(kind, net);
-            let uri = endpoint.uri(case.len, case.framing);
-            let mut latencies = Vec::with_capacity(n);
-            let mut at_half = 0;
-            let start = Instant::now();
-            for i in 1..=n {
-                let sent = Instant::now();
-                black_box(client.get(uri.clone(), case.read).await?);
-                latencies.push(sent.elapsed());
-                if i == n / 2 {
-                    at_half = client.connections();
-                }
+        self.median(repeat, || self.sequential_run(net, BenchClient::new(kind, net), case, n, |_, _, _| {}))
+    }
+
+    /// One run (on the caller's runtime): `n` sequential requests by
+    /// `client` (fresh, with its own pool) to a fresh server. `each` is
+    /// called after every request with its number (from 1), its latency and
+    /// the client.
+    pub async fn sequential_run(
+        &self,
+        net: &Net,
+        mut client: BenchClient,
+        case: Case,
+        n: usize,
+        mut each: impl FnMut(usize, Duration, &BenchClient),
+    ) -> Result<Outcome, BoxError> {
+        let endpoint = Endpoint::start(self.server.handle(), net);
+        let uri = endpoint.uri(case.len, case.framing);
+        let mut latencies = Vec::with_capacity(n);
+        let mut at_half = 0;
+        let start = Instant::now();
+        for i in 1..=n {
+            let sent = Instant::now();
+            black_box(client.get(uri.clone(), case.read).await?);
+            let latency = sent.elapsed();
+            latencies.push(latency);
+            each(i, latency, &client);
+            if i == n / 2 {
+                at_half = client.connections();
             }
-            let elapsed = start.elapsed();
-            Ok(Outcome::of(&client, &endpoint, elapsed, latencies, at_half).await)
-        })
+        }
+        let elapsed = start.elapsed();
+        Ok(Outcome::of(&client, &endpoint, elapsed, latencies, at_half).await)
     }
 
     /// `callers` tasks sharing one fresh `kind` client (one pool), each

@@ -1,5 +1,6 @@
 //! The server side: an HTTP/1.1 hyper server (plain or TLS) on
-//! `127.0.0.1:0`, optionally behind the latency proxy.
+//! `127.0.0.1:0`, optionally behind the latency proxy (with or without a
+//! shared link).
 
 use std::convert::Infallible;
 use std::fmt;
@@ -23,7 +24,7 @@ use tokio::runtime::Handle;
 use tokio::task::{JoinHandle, JoinSet};
 use tokio_rustls::TlsAcceptor;
 
-use super::proxy::LatencyProxy;
+use super::proxy::{LatencyProxy, LinkConfig};
 use super::tls::Tls;
 
 /// Size of each chunk of a chunked body (the tests use the same).
@@ -51,14 +52,21 @@ impl fmt::Display for Framing {
 pub enum Net {
     /// Plain HTTP straight to the server over loopback.
     Loopback,
-    /// HTTPS (TLS 1.3) through a [`LatencyProxy`] adding `rtt`.
-    Tls { rtt: Duration, tls: Tls },
+    /// HTTPS (TLS 1.3) through a [`LatencyProxy`] adding `rtt`, and with
+    /// `link` sharing one link of limited bandwidth.
+    Tls { rtt: Duration, tls: Tls, link: Option<LinkConfig> },
 }
 
 impl Net {
     /// HTTPS through the latency proxy, with a fresh certificate.
     pub fn tls(rtt: Duration) -> Net {
-        Net::Tls { rtt, tls: Tls::generate() }
+        Net::Tls { rtt, tls: Tls::generate(), link: None }
+    }
+
+    /// HTTPS through the latency proxy with a shared link, with a fresh
+    /// certificate.
+    pub fn tls_shared_link(rtt: Duration, link: LinkConfig) -> Net {
+        Net::Tls { rtt, tls: Tls::generate(), link: Some(link) }
     }
 }
 
@@ -66,7 +74,10 @@ impl fmt::Display for Net {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Net::Loopback => f.write_str("loopback, plain HTTP"),
-            Net::Tls { rtt, .. } => write!(f, "TLS 1.3 via proxy, RTT {} ms", rtt.as_millis()),
+            Net::Tls { rtt, link: None, .. } => write!(f, "TLS 1.3 via proxy, RTT {} ms", rtt.as_millis()),
+            Net::Tls { rtt, link: Some(link), .. } => {
+                write!(f, "TLS 1.3 via proxy, RTT {} ms, {link}", rtt.as_millis())
+            }
         }
     }
 }
@@ -209,9 +220,12 @@ impl Endpoint {
                 let base = format!("http://{}", server.addr());
                 Endpoint { server, proxy: None, base }
             }
-            Net::Tls { rtt, tls } => {
+            Net::Tls { rtt, tls, link } => {
                 let server = Server::start(rt, Some(tls.acceptor.clone()));
-                let proxy = LatencyProxy::start(rt, server.addr(), *rtt);
+                let proxy = match link {
+                    None => LatencyProxy::start(rt, server.addr(), *rtt),
+                    Some(link) => LatencyProxy::start_with_link(rt, server.addr(), *rtt, *link),
+                };
                 // An IP literal: no name resolution; the connector sends SNI `localhost`.
                 let base = format!("https://{}", proxy.addr());
                 Endpoint { server, proxy: Some(proxy), base }

@@ -1,0 +1,384 @@
+//! Issue 6, item 4: adaptive budgets against fixed ones, on a link of
+//! limited bandwidth shared by every connection.
+//!
+//! 20 sequential HTTPS requests (TLS 1.3, HTTP/1.1) through the latency
+//! proxy with a shared 100 Mbit/s link (see `benches/common/proxy.rs`),
+//! `Content-Length` bodies dropped unread, at RTT 1 ms and 100 ms, bodies of
+//! 64 KiB and 1 MiB. Each run of each policy has its own client (pool,
+//! connector), server and proxy:
+//!
+//! - (a) read-to-end: the bare client, the caller reads every body;
+//! - (b) `DrainOnDropLayer::new()`: fixed 256 KiB, 50 ms (the default);
+//! - (c) `DrainOnDropLayer::new().max_bytes(4 << 20).max_time(1 s)`;
+//! - (d) `DrainOnDropLayer::new().adaptive()`;
+//! - (e) hyper-util alone: the bare client, bodies dropped.
+//!
+//! Prints total time, connections and the layer's counts per policy, the
+//! ratios adaptive / best fixed and adaptive / default fixed per cell, and
+//! the adaptive layer's per-origin estimates (`DrainStats::origins`) at the
+//! end of each cell's median run.
+//!
+//! `cargo bench --bench adaptive [-- --quick] [-- --repeat K]
+//! [-- --bandwidth MBIT] [-- --rtt MS]`
+//!
+//! `DRAIN_BENCH_TRACE=1` also prints, on stderr, one line per request
+//! (latency, connections, the layer's counts, the adaptive budget) and the
+//! layer's DEBUG event of every early drop (`RUST_LOG` overrides the filter,
+//! default `drain_on_drop=debug`).
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::args::Args;
+use common::client::{BenchClient, Kind, Read};
+use common::proxy::LinkConfig;
+use common::run::{Case, Outcome, Runtimes};
+use common::server::{Framing, Net};
+use common::table::{Table, conns, ms, ratio};
+use common::{BoxError, KIB};
+use drain_on_drop::{DrainOnDropLayer, OriginSnapshot};
+
+/// Target: adaptive at most 5% slower than the best fixed policy.
+const VS_BEST_MAX: f64 = 1.05;
+/// Target: adaptive no slower than the default fixed policy.
+const VS_DEFAULT_MAX: f64 = 1.00;
+
+/// The policies compared.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Policy {
+    ReadToEnd,
+    DefaultFixed,
+    BigFixed,
+    Adaptive,
+    HyperAlone,
+}
+
+impl Policy {
+    const ALL: [Policy; 5] =
+        [Policy::ReadToEnd, Policy::DefaultFixed, Policy::BigFixed, Policy::Adaptive, Policy::HyperAlone];
+
+    fn label(self) -> &'static str {
+        match self {
+            Policy::ReadToEnd => "(a) read-to-end",
+            Policy::DefaultFixed => "(b) fixed 256 KiB, 50 ms (default)",
+            Policy::BigFixed => "(c) fixed 4 MiB, 1 s",
+            Policy::Adaptive => "(d) adaptive",
+            Policy::HyperAlone => "(e) hyper-util alone",
+        }
+    }
+
+    fn layer(self) -> Option<DrainOnDropLayer> {
+        match self {
+            Policy::ReadToEnd | Policy::HyperAlone => None,
+            Policy::DefaultFixed => Some(DrainOnDropLayer::new()),
+            Policy::BigFixed => {
+                Some(DrainOnDropLayer::new().max_bytes(4 << 20).max_time(Duration::from_secs(1)))
+            }
+            Policy::Adaptive => Some(DrainOnDropLayer::new().adaptive()),
+        }
+    }
+
+    /// A fresh client. Every policy's connector reports connection
+    /// addresses (`HttpInfo`), as `HttpConnector` and TLS connectors built
+    /// on it do: the adaptive mode needs them to tell new connections from
+    /// reused ones.
+    fn client(self, net: &Net) -> BenchClient {
+        let kind = match self {
+            Policy::ReadToEnd => Kind::ReadToEnd,
+            Policy::HyperAlone => Kind::HyperAlone,
+            Policy::DefaultFixed | Policy::BigFixed | Policy::Adaptive => Kind::Layer,
+        };
+        BenchClient::with_http_info(kind, self.layer(), net)
+    }
+
+    /// The issue author's figures (their own proxy, 20 requests, 1 MiB
+    /// unread, 100 Mbit/s shared link), in ms, by RTT in ms.
+    fn reference(self, rtt_ms: u128, len: usize, n: usize, link: LinkConfig) -> Option<u32> {
+        if len != 1024 * KIB || n != 20 || link.bits_per_second != 100_000_000 {
+            return None;
+        }
+        match (self, rtt_ms) {
+            (Policy::HyperAlone | Policy::DefaultFixed, 1) => Some(320),
+            (Policy::HyperAlone | Policy::DefaultFixed, 100) => Some(6302),
+            (Policy::BigFixed, 1) => Some(1102),
+            (Policy::BigFixed, 100) => Some(4519),
+            _ => None,
+        }
+    }
+}
+
+/// The median run of one policy in one cell, with the adaptive layer's
+/// estimates at the end of that run.
+struct Measured {
+    outcome: Outcome,
+    origins: Vec<OriginSnapshot>,
+    /// The total time of every run.
+    times: Vec<Duration>,
+}
+
+impl Measured {
+    /// Median absolute deviation of the runs' times from the median run.
+    fn mad(&self) -> Duration {
+        let median = self.outcome.elapsed;
+        let mut deviations: Vec<Duration> = self.times.iter().map(|t| t.abs_diff(median)).collect();
+        deviations.sort_unstable();
+        deviations.get(deviations.len() / 2).copied().unwrap_or_default()
+    }
+
+    /// Whether `self` missing `self <= factor * other` (by the medians) is
+    /// within the noise: by no more than the larger median absolute
+    /// deviation of the two policies' runs. Never with a single run.
+    fn within_noise(&self, other: &Measured, factor: f64) -> bool {
+        let excess = self.outcome.elapsed.as_secs_f64() - factor * other.outcome.elapsed.as_secs_f64();
+        self.times.len() > 1 && excess <= self.mad().max(other.mad()).as_secs_f64()
+    }
+
+    /// `min-max` of the runs' times, or `-` for a single run.
+    fn spread(&self) -> String {
+        match (self.times.iter().min(), self.times.iter().max()) {
+            (Some(min), Some(max)) if self.times.len() > 1 => format!("{}-{}", ms(*min), ms(*max)),
+            _ => "-".to_string(),
+        }
+    }
+}
+
+/// Whether `DRAIN_BENCH_TRACE` asks for per-request lines and the layer's
+/// DEBUG events.
+fn trace_from_env() -> bool {
+    std::env::var("DRAIN_BENCH_TRACE").is_ok_and(|v| !v.is_empty() && v != "0")
+}
+
+fn install_tracing() {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("drain_on_drop=debug"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_timer(tracing_subscriber::fmt::time::uptime())
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .init();
+}
+
+/// One run of `policy` (the `run`th): its outcome, and the adaptive
+/// layer's estimates at its end.
+fn run_once(
+    runtimes: &Runtimes,
+    net: &Net,
+    policy: Policy,
+    case: Case,
+    n: usize,
+    run: usize,
+    trace: bool,
+) -> Result<(Outcome, Vec<OriginSnapshot>), BoxError> {
+    let client = policy.client(net);
+    let stats = client.stats().cloned();
+    let started = Instant::now();
+    let each = |i: usize, latency: Duration, client: &BenchClient| {
+        if !trace {
+            return;
+        }
+        let counts = client.drains().map_or_else(String::new, |d| {
+            format!(
+                ", drained {} abandoned {} skipped {}, in flight {}",
+                d.drained, d.abandoned, d.skipped, d.in_flight
+            )
+        });
+        let budget = client
+            .stats()
+            .and_then(|s| s.origins().into_iter().next())
+            .map_or_else(String::new, |o| format!(", {}", describe(&o)));
+        eprintln!(
+            "[{net}, {} KiB, {}, run {run}] request {i} at {} ms: {} ms, conns {}{counts}{budget}",
+            case.len / KIB,
+            policy.label(),
+            ms(started.elapsed()),
+            ms(latency),
+            client.connections(),
+        );
+    };
+    let outcome = runtimes.client.block_on(runtimes.sequential_run(net, client, case, n, each))?;
+    let origins = stats.map(|s| s.origins()).unwrap_or_default();
+    Ok((outcome, origins))
+}
+
+/// `repeat` rounds of every policy in one cell, each round running every
+/// policy once (starting one policy further each round), so that drift on
+/// the shared machine hits all policies alike; the median run of each.
+fn measure_cell(
+    runtimes: &Runtimes,
+    net: &Net,
+    case: Case,
+    n: usize,
+    repeat: usize,
+    trace: bool,
+) -> Result<Vec<(Policy, Measured)>, BoxError> {
+    let mut runs: Vec<Vec<(Outcome, Vec<OriginSnapshot>)>> = Policy::ALL.iter().map(|_| Vec::new()).collect();
+    for run in 1..=repeat {
+        for k in 0..Policy::ALL.len() {
+            let i = (k + run - 1) % Policy::ALL.len();
+            runs[i].push(run_once(runtimes, net, Policy::ALL[i], case, n, run, trace)?);
+        }
+    }
+    let measured = Policy::ALL.iter().zip(runs).map(|(policy, runs)| {
+        let times = runs.iter().map(|(o, _)| o.elapsed).collect();
+        let median = Outcome::median(runs.iter().map(|(o, _)| *o).collect());
+        let origins =
+            runs.into_iter().find(|(o, _)| o.elapsed == median.elapsed).map(|(_, s)| s).unwrap_or_default();
+        (*policy, Measured { outcome: median, origins, times })
+    });
+    Ok(measured.collect())
+}
+
+/// One origin's estimates on one line.
+fn describe(o: &OriginSnapshot) -> String {
+    let setup = o.setup_cost.map_or("-".to_string(), |d| format!("{} ms", ms(d)));
+    let throughput = o.throughput.map_or("-".to_string(), |t| format!("{:.2} MB/s", t as f64 / 1e6));
+    let budget = o.budget.map_or("fixed budgets".to_string(), |b| {
+        format!("{:.1} KiB in {} ms", b.max_bytes() as f64 / 1024.0, ms(b.max_time()))
+    });
+    format!(
+        "setup cost {setup}, throughput {throughput}, budget {budget} \
+         (new connections {}, reused responses {})",
+        o.new_connections, o.reused_responses
+    )
+}
+
+fn count(o: &Outcome, f: impl Fn(&drain_on_drop::DrainSnapshot) -> u64) -> String {
+    o.drains.as_ref().map_or("-".to_string(), |d| f(d).to_string())
+}
+
+fn main() -> Result<(), BoxError> {
+    let args = Args::parse();
+    let trace = trace_from_env();
+    if trace {
+        install_tracing();
+    }
+    let began = Instant::now();
+    let runtimes = Runtimes::new();
+    let n = args.count(20, 8);
+    let repeat = args.repeat(1);
+    let link = LinkConfig::mbit(args.bandwidth_mbit.unwrap_or(LinkConfig::DEFAULT_MBIT));
+    let rtts = if args.rtt_given {
+        vec![args.rtt]
+    } else {
+        vec![Duration::from_millis(1), Duration::from_millis(100)]
+    };
+    let sizes = [64 * KIB, 1024 * KIB];
+
+    println!(
+        "# Adaptive budgets: {n} sequential HTTPS requests, Content-Length bodies dropped unread, \
+         {link} (window {} MiB per connection and direction)",
+        link.window >> 20
+    );
+    println!("{}", args.describe(repeat));
+    println!(
+        "ms = total time of the {n} requests (median run); conns = connections opened (connector count); \
+         drained / abandoned / skipped = the layer's early drops. Each run of each policy has \
+         its own client, pool, server and proxy. Reference = the issue author's figures with \
+         their own proxy (20 requests, 1 MiB, 100 Mbit/s), not measured here.\n"
+    );
+    let mut table = Table::new(&[
+        "RTT",
+        "body",
+        "policy",
+        "ms",
+        "runs min-max",
+        "conns",
+        "drained",
+        "abandoned",
+        "skipped",
+        "reference ms (issue, their proxy)",
+    ]);
+    let mut figures = Table::new(&[
+        "RTT",
+        "body",
+        "best fixed",
+        "ms",
+        "adaptive ms",
+        "adaptive / best fixed (target <= 1.05)",
+        "adaptive / default fixed (target <= 1.00)",
+    ]);
+    let mut estimates = Vec::new();
+    let mut misses = Vec::new();
+    for rtt in &rtts {
+        let net = Net::tls_shared_link(*rtt, link);
+        for len in sizes {
+            let case = Case { len, framing: Framing::ContentLength, read: Read::Unread };
+            let results = measure_cell(&runtimes, &net, case, n, repeat, trace)?;
+            for (policy, measured) in &results {
+                let o = &measured.outcome;
+                table.row(vec![
+                    format!("{} ms", rtt.as_millis()),
+                    format!("{} KiB", len / KIB),
+                    policy.label().to_string(),
+                    ms(o.elapsed),
+                    measured.spread(),
+                    conns(o),
+                    count(o, |d| d.drained),
+                    count(o, |d| d.abandoned),
+                    count(o, |d| d.skipped),
+                    policy
+                        .reference(rtt.as_millis(), len, n, link)
+                        .map_or("-".to_string(), |r| r.to_string()),
+                ]);
+            }
+            let of = |p: Policy| &results.iter().find(|(q, _)| *q == p).expect("every policy measured").1;
+            let (default_m, big_m, adaptive_m) =
+                (of(Policy::DefaultFixed), of(Policy::BigFixed), of(Policy::Adaptive));
+            let (default, big, adaptive) =
+                (default_m.outcome.elapsed, big_m.outcome.elapsed, adaptive_m.outcome.elapsed);
+            let (best_policy, best) =
+                if default <= big { (Policy::DefaultFixed, default) } else { (Policy::BigFixed, big) };
+            let vs_best = ratio(adaptive, best);
+            let vs_default = ratio(adaptive, default);
+            // A miss by less than the runs' median absolute deviation is noted as such.
+            let judge = |ratio: f64, target: f64, reference: &Measured| match (
+                ratio <= target,
+                adaptive_m.within_noise(reference, target),
+            ) {
+                (true, _) => "yes",
+                (false, true) => "NO, within noise",
+                (false, false) => "NO",
+            };
+            let cell = format!("RTT {} ms, {} KiB", rtt.as_millis(), len / KIB);
+            if vs_best > VS_BEST_MAX {
+                let how = judge(vs_best, VS_BEST_MAX, of(best_policy));
+                misses.push(format!("{cell}: adaptive / best fixed {vs_best:.3} ({how})"));
+            }
+            if vs_default > VS_DEFAULT_MAX {
+                let how = judge(vs_default, VS_DEFAULT_MAX, default_m);
+                misses.push(format!("{cell}: adaptive / default fixed {vs_default:.3} ({how})"));
+            }
+            figures.row(vec![
+                format!("{} ms", rtt.as_millis()),
+                format!("{} KiB", len / KIB),
+                best_policy.label().split(' ').next().unwrap_or_default().to_string(),
+                ms(best),
+                ms(adaptive),
+                format!("{vs_best:.3} ({})", judge(vs_best, VS_BEST_MAX, of(best_policy))),
+                format!("{vs_default:.3} ({})", judge(vs_default, VS_DEFAULT_MAX, default_m)),
+            ]);
+            for o in &adaptive_m.origins {
+                estimates.push(format!("- {cell}: {}", describe(o)));
+            }
+        }
+    }
+    table.print();
+    figures.print();
+    println!(
+        "best fixed = the faster of (b) and (c) in the cell. \"NO, within noise\": the medians miss \
+         the target by less than the larger median absolute deviation of the two policies' runs.\n"
+    );
+    if misses.is_empty() {
+        println!("Every target reached.");
+    } else {
+        println!("Targets missed (medians): {}", misses.join("; "));
+    }
+    println!("\nAdaptive estimates at the end of each cell's median run (DrainStats::origins):");
+    for line in estimates {
+        println!("{line}");
+    }
+    println!("\nbench took {:.1} s", began.elapsed().as_secs_f64());
+    Ok(())
+}
