@@ -146,7 +146,7 @@ impl DrainOnDropLayer {
     ///   callers read to the end (transfers of 16 KiB or more).
     ///
     /// A drain then gets a time budget of the setup cost (times 1.0) and a
-    /// byte budget of what the throughput moves in that time (1 Gbit/s is
+    /// byte budget of what the throughput moves in that time (100 Mbit/s is
     /// assumed until a throughput was measured); a body whose remaining
     /// length is known and larger is not drained at all. Until an
     /// origin has been seen on a new connection, the fixed budgets apply.
