@@ -141,7 +141,9 @@ impl DrainOnDropLayer {
     ///   installed). New and reused
     ///   connections are told apart by the connection's local address in
     ///   hyper-util's `HttpInfo` (which `HttpConnector`, and TLS connectors
-    ///   built on it, provide), or by an [`ObserveConnector`] when installed;
+    ///   built on it, provide), or by an [`ObserveConnector`] when installed
+    ///   (a custom connector that provides neither leaves the origin on the
+    ///   fixed budgets: wrap it with [`observe`](Self::observe));
     /// - the **throughput**: bytes per second of drains and of bodies that
     ///   callers read to the end (transfers of 16 KiB or more).
     ///
