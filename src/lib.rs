@@ -60,6 +60,19 @@
 //! precious. A body whose remaining `Content-Length` is above the budget is
 //! not read at all.
 //!
+//! # Per request, per stream, per connection
+//!
+//! - A [`DrainBudget`] in a request's extensions overrides the budgets for
+//!   that response (`DrainBudget::disabled()` for an export nobody drains).
+//! - Open-ended streams ([`stream_content_types`], default
+//!   `text/event-stream`) are closed at once instead of holding a drain for
+//!   the whole time budget.
+//! - [`DrainOnDropLayer::observe`] wraps the client's connector so that every
+//!   response carries a [`ConnectionReuse`] (new or reused connection, setup
+//!   time) and the stats count `requests`, `reused` and `connections_opened`.
+//!
+//! [`stream_content_types`]: DrainOnDropLayer::stream_content_types
+//!
 //! # Adaptive budgets
 //!
 //! Every fixed budget is wrong somewhere: on a LAN draining 1 MiB steals the
