@@ -132,8 +132,6 @@ struct Estimates {
     throughput: Ewma,
     /// Local addresses of connections already seen.
     local_addrs: VecDeque<SocketAddr>,
-    /// The ceilings of the layer that last used this origin, for snapshots.
-    ceiling: Option<DrainBudget>,
     /// The origin's scheme is `https`.
     tls: bool,
     /// When the throughput was last measured or probed for (or the first
@@ -174,6 +172,9 @@ pub(crate) struct Origin {
     last_used: AtomicU64,
     /// Drains of this origin's bodies running now.
     draining: AtomicU64,
+    /// The ceilings of the layer that created this entry, for snapshots
+    /// (decisions use the deciding layer's own).
+    ceiling: DrainBudget,
     estimates: Mutex<Estimates>,
 }
 
@@ -291,12 +292,11 @@ impl Origin {
 
     fn snapshot(&self) -> OriginSnapshot {
         let est = self.estimates();
-        let ceiling = est.ceiling.unwrap_or(DrainBudget::new(DEFAULT_CEILING_BYTES, DEFAULT_CEILING_TIME));
         OriginSnapshot {
             origin: self.key.to_string(),
             setup_cost: est.setup_cost().map(Duration::from_secs_f64),
             throughput: est.throughput.value.map(|v| v as u64),
-            budget: est.budget(ceiling),
+            budget: est.budget(self.ceiling),
             new_connections: est.head_new.samples,
             reused_responses: est.head_reused.samples,
         }
@@ -338,16 +338,10 @@ impl Origins {
         self.table.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The entry of `key`, created if needed; forgets the least recently
-    /// used origin when the table is full. `ceiling` is the caller's, kept
-    /// for snapshots.
+    /// The entry of `key`, created with the caller's `ceiling` (kept for
+    /// snapshots) if needed; forgets the least recently used origin when the
+    /// table is full.
     pub(crate) fn get(&self, key: &OriginKey, ceiling: DrainBudget) -> Arc<Origin> {
-        let origin = self.entry(key);
-        origin.estimates().ceiling = Some(ceiling);
-        origin
-    }
-
-    fn entry(&self, key: &OriginKey) -> Arc<Origin> {
         let now = self.clock.fetch_add(1, Ordering::Relaxed);
         let mut table = self.table();
         if let Some(origin) = table.get(key) {
@@ -365,6 +359,7 @@ impl Origins {
             key: key.clone(),
             last_used: AtomicU64::new(now),
             draining: AtomicU64::new(0),
+            ceiling,
             estimates: Mutex::new(Estimates {
                 tls: key.scheme == Some(Scheme::HTTPS),
                 ..Estimates::default()
@@ -386,16 +381,14 @@ impl Origins {
 mod tests {
     use super::*;
 
-    fn origin() -> Origin {
-        Origin {
-            key: OriginKey::from_uri(&"https://a.example/x".parse().unwrap()).unwrap(),
-            last_used: AtomicU64::new(0),
-            draining: AtomicU64::new(0),
-            estimates: Mutex::default(),
-        }
-    }
-
     const CEILING: DrainBudget = DrainBudget { max_bytes: 4 << 20, max_time: Duration::from_secs(1) };
+
+    /// A plain-HTTP origin: without a reused sample its setup cost is half
+    /// the new-connection head time.
+    fn origin() -> Arc<Origin> {
+        let key = OriginKey::from_uri(&"http://a.example/x".parse().unwrap()).unwrap();
+        Origins::default().get(&key, CEILING)
+    }
 
     #[test]
     fn no_budget_before_a_new_connection_was_seen() {
