@@ -75,6 +75,9 @@ pub(crate) enum Outcome {
 }
 
 impl Outcome {
+    /// Number of outcomes: `Failed` is the last variant.
+    const COUNT: usize = Outcome::Failed as usize + 1;
+
     fn as_str(self) -> &'static str {
         match self {
             Outcome::Drained => "drained",
@@ -98,13 +101,11 @@ impl Outcome {
 
 #[derive(Default)]
 struct Counters {
-    drained: AtomicU64,
-    failed: AtomicU64,
     bytes_drained: AtomicU64,
     in_flight: AtomicU64,
-    over_bytes: AtomicU64,
-    over_time: AtomicU64,
-    cancelled: AtomicU64,
+    /// Started drains by how they ended, indexed by [`Outcome`].
+    ended: [AtomicU64; Outcome::COUNT],
+    /// Early drops not drained, indexed by [`SkipReason`].
     skipped: [AtomicU64; SkipReason::ALL.len()],
     requests: AtomicU64,
     reused: AtomicU64,
@@ -201,19 +202,20 @@ impl DrainStats {
     pub fn snapshot(&self) -> DrainSnapshot {
         let c = &*self.counters;
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        let over_bytes = load(&c.over_bytes);
-        let over_time = load(&c.over_time);
+        let ended = |o: Outcome| load(&c.ended[o as usize]);
+        let (over_bytes, over_time, cancelled) =
+            (ended(Outcome::OverBytes), ended(Outcome::OverTime), ended(Outcome::Cancelled));
         let skipped = |r: SkipReason| load(&c.skipped[r as usize]);
         DrainSnapshot {
-            drained: load(&c.drained),
-            abandoned: over_bytes + over_time + load(&c.cancelled),
+            drained: ended(Outcome::Drained),
+            abandoned: over_bytes + over_time + cancelled,
             skipped: c.skipped.iter().map(load).sum(),
-            failed: load(&c.failed),
+            failed: ended(Outcome::Failed),
             bytes_drained: load(&c.bytes_drained),
             in_flight: load(&c.in_flight),
             abandoned_over_bytes: over_bytes,
             abandoned_over_time: over_time,
-            abandoned_runtime_shutdown: load(&c.cancelled),
+            abandoned_runtime_shutdown: cancelled,
             skipped_disabled: skipped(SkipReason::Disabled),
             skipped_connection_close: skipped(SkipReason::ConnectionClose),
             skipped_close_delimited: skipped(SkipReason::CloseDelimited),
@@ -325,14 +327,7 @@ impl Drop for DrainPermit {
             None => return self.stats.skip(SkipReason::NoRuntime, 0),
         };
         c.bytes_drained.fetch_add(self.bytes, Ordering::Relaxed);
-        let counter = match outcome {
-            Outcome::Drained => &c.drained,
-            Outcome::OverBytes => &c.over_bytes,
-            Outcome::OverTime => &c.over_time,
-            Outcome::Cancelled => &c.cancelled,
-            Outcome::Failed => &c.failed,
-        };
-        counter.fetch_add(1, Ordering::Relaxed);
+        c.ended[outcome as usize].fetch_add(1, Ordering::Relaxed);
         tracing::debug!(
             outcome = outcome.as_str(),
             reason = outcome.reason(),
