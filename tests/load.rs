@@ -10,8 +10,7 @@
 
 mod support;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use drain_on_drop::DrainOnDropLayer;
@@ -47,18 +46,7 @@ async fn flood(total: usize) {
     let svc = ServiceBuilder::new().layer(layer).service(client);
 
     // Sample in_flight on a plain thread for the whole run.
-    let stop = Arc::new(AtomicBool::new(false));
-    let sampler = std::thread::spawn({
-        let (stop, stats) = (stop.clone(), stats.clone());
-        move || {
-            let mut max = 0;
-            while !stop.load(Ordering::SeqCst) {
-                max = max.max(stats.snapshot().in_flight);
-                std::thread::yield_now();
-            }
-            max
-        }
-    });
+    let sampler = Sampler::start(stats.clone());
 
     let hwm_before = status_kib("VmHWM");
     let started = Instant::now();
@@ -101,8 +89,7 @@ async fn flood(total: usize) {
         rss.push(status_kib("VmRSS"));
     }
     let took = started.elapsed();
-    stop.store(true, Ordering::SeqCst);
-    let max_in_flight = sampler.join().unwrap();
+    let max_in_flight = sampler.stop();
     let hwm_after = status_kib("VmHWM");
     let s = stats.snapshot();
     println!(

@@ -1,46 +1,15 @@
 //! 21. Many callers dropping bodies at once, and the cap on drains running.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::thread::JoinHandle;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use drain_on_drop::{DrainOnDropLayer, DrainStats};
+use drain_on_drop::DrainOnDropLayer;
 use tokio::sync::Barrier;
 use tower::{Service, ServiceExt};
 
 use crate::harness::*;
 use crate::support::*;
-
-/// Samples `in_flight` on a plain thread, as fast as it can, until stopped;
-/// returns the largest value seen.
-struct Sampler {
-    stop: Arc<AtomicBool>,
-    thread: JoinHandle<u64>,
-}
-
-impl Sampler {
-    fn start(stats: DrainStats) -> Sampler {
-        let stop = Arc::new(AtomicBool::new(false));
-        let thread = std::thread::spawn({
-            let stop = stop.clone();
-            move || {
-                let mut max = 0;
-                while !stop.load(Ordering::SeqCst) {
-                    max = max.max(stats.snapshot().in_flight);
-                    std::thread::yield_now();
-                }
-                max
-            }
-        });
-        Sampler { stop, thread }
-    }
-
-    fn stop(self) -> u64 {
-        self.stop.store(true, Ordering::SeqCst);
-        self.thread.join().unwrap()
-    }
-}
 
 /// A body that stalls: `Content-Length: 4096`, 512 bytes, then nothing.
 fn stalled(_: &Head) -> Vec<Step> {

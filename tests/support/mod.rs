@@ -7,6 +7,7 @@
 //!   the connections it opens.
 //! - [`body_bytes`]: the deterministic content every body carries, so a test
 //!   can tell whether bytes of one response showed up in another.
+//! - [`Sampler`]: the largest `in_flight` seen while a test runs.
 #![allow(dead_code, unreachable_pub)]
 
 use std::future::Future;
@@ -17,6 +18,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
+use drain_on_drop::DrainStats;
 use http::Uri;
 use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::Client;
@@ -339,5 +341,35 @@ where
             use bytes::Buf;
             return Some(data.remaining());
         }
+    }
+}
+
+/// Samples `in_flight` on a plain thread, as fast as it can, until stopped;
+/// returns the largest value seen.
+pub struct Sampler {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<u64>,
+}
+
+impl Sampler {
+    pub fn start(stats: DrainStats) -> Sampler {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let thread = std::thread::spawn({
+            let stop = stop.clone();
+            move || {
+                let mut max = 0;
+                while !stop.load(Ordering::SeqCst) {
+                    max = max.max(stats.snapshot().in_flight);
+                    std::thread::yield_now();
+                }
+                max
+            }
+        });
+        Sampler { stop, thread }
+    }
+
+    pub fn stop(self) -> u64 {
+        self.stop.store(true, Ordering::SeqCst);
+        self.thread.join().unwrap()
     }
 }
