@@ -8,7 +8,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
-use crate::support::body_bytes;
+use crate::support::{body_bytes, content_length_of};
 
 /// Answers every request with `body_bytes(seed, len)` (`Content-Length`) as
 /// soon as the request head has arrived, and only then reads and discards
@@ -94,11 +94,7 @@ async fn serve(mut stream: TcpStream, seed: u64, len: usize, bodies_read: Arc<At
                 }
             }
         } else {
-            let body_len: usize = head
-                .lines()
-                .find_map(|l| l.strip_prefix("content-length:"))
-                .and_then(|v| v.trim().parse().ok())
-                .unwrap_or(0);
+            let body_len = content_length_of(&head);
             while buf.len() < body_len {
                 if !read_more(&mut stream, &mut buf).await {
                     return;

@@ -208,11 +208,7 @@ async fn read_head(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Option<Head> {
             let method = first.next()?.to_string();
             let path = first.next()?.to_string();
             let headers = lines.collect::<Vec<_>>().join("\n").to_ascii_lowercase();
-            let body_len: usize = headers
-                .lines()
-                .find_map(|l| l.strip_prefix("content-length:"))
-                .and_then(|v| v.trim().parse().ok())
-                .unwrap_or(0);
+            let body_len = content_length_of(&headers);
             while buf.len() < body_len {
                 let mut chunk = [0u8; 8192];
                 let n = stream.read(&mut chunk).await.ok()?;
@@ -231,6 +227,14 @@ async fn read_head(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Option<Head> {
         }
         buf.extend_from_slice(&chunk[..n]);
     }
+}
+
+/// The `Content-Length` in a lowercased request head (0 without one).
+pub fn content_length_of(head: &str) -> usize {
+    head.lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
 }
 
 /// Steps for a `Content-Length` response carrying `body_bytes(seed, len)`.
