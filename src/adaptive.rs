@@ -16,9 +16,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use http::Uri;
-use http::uri::{Authority, Scheme};
 
 use crate::budget::DrainBudget;
+use crate::stats::AdaptiveView;
 
 /// A drain may take this many times the estimated setup cost of a new
 /// connection. 1.0: drain exactly when it is expected to be cheaper.
@@ -54,25 +54,37 @@ const SKEW_DECAY: f64 = 0.1;
 /// Transfers shorter than this say little about throughput.
 const MIN_TRANSFER_BYTES: u64 = 16 * 1024;
 
-/// Scheme and authority as written in the request URI.
+/// An origin as the pool sees it: scheme, host and port (the default port
+/// filled in), never the userinfo, so `http://alice:secret@api/` and
+/// `http://api:80/` are one origin and no credential is kept.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct OriginKey {
-    scheme: Option<Scheme>,
-    authority: Authority,
+    scheme: Box<str>,
+    host: Box<str>,
+    port: u16,
 }
 
 impl OriginKey {
+    /// `None` for a URI without a host (a relative URI the client rejects).
     pub(crate) fn from_uri(uri: &Uri) -> Option<Self> {
-        Some(OriginKey { scheme: uri.scheme().cloned(), authority: uri.authority()?.clone() })
+        let host = uri.host()?;
+        let scheme = uri.scheme_str().unwrap_or("http");
+        let port = uri.port_u16().unwrap_or(if scheme.eq_ignore_ascii_case("https") { 443 } else { 80 });
+        Some(OriginKey {
+            scheme: scheme.to_ascii_lowercase().into_boxed_str(),
+            host: host.to_ascii_lowercase().into_boxed_str(),
+            port,
+        })
+    }
+
+    fn is_tls(&self) -> bool {
+        &*self.scheme == "https"
     }
 }
 
 impl fmt::Display for OriginKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.scheme {
-            Some(scheme) => write!(f, "{scheme}://{}", self.authority),
-            None => write!(f, "{}", self.authority),
-        }
+        write!(f, "{}://{}:{}", self.scheme, self.host, self.port)
     }
 }
 
@@ -172,9 +184,6 @@ pub(crate) struct Origin {
     last_used: AtomicU64,
     /// Drains of this origin's bodies running now.
     draining: AtomicU64,
-    /// The ceilings of the layer that created this entry, for snapshots
-    /// (decisions use the deciding layer's own).
-    ceiling: DrainBudget,
     estimates: Mutex<Estimates>,
 }
 
@@ -290,13 +299,23 @@ impl Origin {
         Some(budget)
     }
 
-    fn snapshot(&self) -> OriginSnapshot {
+    /// The estimates a drop is decided with, and the budget they give.
+    pub(crate) fn view(&self, budget: Option<DrainBudget>) -> AdaptiveView {
+        let est = self.estimates();
+        AdaptiveView {
+            setup_cost: est.setup_cost().map(Duration::from_secs_f64),
+            throughput: est.throughput.value.map(|v| v as u64),
+            budget,
+        }
+    }
+
+    fn snapshot(&self, ceiling: DrainBudget) -> OriginSnapshot {
         let est = self.estimates();
         OriginSnapshot {
             origin: self.key.to_string(),
             setup_cost: est.setup_cost().map(Duration::from_secs_f64),
             throughput: est.throughput.value.map(|v| v as u64),
-            budget: est.budget(self.ceiling),
+            budget: est.budget(ceiling),
             new_connections: est.head_new.samples,
             reused_responses: est.head_reused.samples,
         }
@@ -308,11 +327,11 @@ impl Origin {
 #[non_exhaustive]
 #[derive(Clone, Debug, PartialEq)]
 pub struct OriginSnapshot {
-    /// `scheme://authority` as written in the requests.
+    /// `scheme://host:port`, never the userinfo.
     pub origin: String,
-    /// Estimated cost of a new connection: time to the response head on new
-    /// connections minus that on reused ones (half the former until a reused
-    /// connection was seen). `None` before the first new connection.
+    /// Estimated cost of a new connection (see
+    /// [`DrainOnDropLayer::adaptive`](crate::DrainOnDropLayer::adaptive)).
+    /// `None` before the first new connection.
     pub setup_cost: Option<Duration>,
     /// Estimated body throughput in bytes per second, from drains and from
     /// callers reading bodies. `None` before the first transfer of 16 KiB or more.
@@ -338,10 +357,9 @@ impl Origins {
         self.table.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The entry of `key`, created with the caller's `ceiling` (kept for
-    /// snapshots) if needed; forgets the least recently used origin when the
-    /// table is full.
-    pub(crate) fn get(&self, key: &OriginKey, ceiling: DrainBudget) -> Arc<Origin> {
+    /// The entry of `key`, created if needed; forgets the least recently
+    /// used origin when the table is full.
+    pub(crate) fn get(&self, key: &OriginKey) -> Arc<Origin> {
         let now = self.clock.fetch_add(1, Ordering::Relaxed);
         let mut table = self.table();
         if let Some(origin) = table.get(key) {
@@ -359,19 +377,21 @@ impl Origins {
             key: key.clone(),
             last_used: AtomicU64::new(now),
             draining: AtomicU64::new(0),
-            ceiling,
-            estimates: Mutex::new(Estimates {
-                tls: key.scheme == Some(Scheme::HTTPS),
-                ..Estimates::default()
-            }),
+            estimates: Mutex::new(Estimates { tls: key.is_tls(), ..Estimates::default() }),
         });
         table.insert(key.clone(), origin.clone());
         origin
     }
 
-    pub(crate) fn snapshot(&self) -> Vec<OriginSnapshot> {
+    /// Origins tracked now.
+    pub(crate) fn len(&self) -> usize {
+        self.table().len()
+    }
+
+    /// Every origin's estimates, with budgets under `ceiling`.
+    pub(crate) fn snapshot(&self, ceiling: DrainBudget) -> Vec<OriginSnapshot> {
         let origins: Vec<Arc<Origin>> = self.table().values().cloned().collect();
-        let mut out: Vec<_> = origins.iter().map(|o| o.snapshot()).collect();
+        let mut out: Vec<_> = origins.iter().map(|o| o.snapshot(ceiling)).collect();
         out.sort_by(|a, b| a.origin.cmp(&b.origin));
         out
     }
@@ -387,7 +407,7 @@ mod tests {
     /// the new-connection head time.
     fn origin() -> Arc<Origin> {
         let key = OriginKey::from_uri(&"http://a.example/x".parse().unwrap()).unwrap();
-        Origins::default().get(&key, CEILING)
+        Origins::default().get(&key)
     }
 
     #[test]
@@ -437,15 +457,25 @@ mod tests {
     fn the_table_forgets_the_least_recently_used_origin() {
         let origins = Origins::default();
         let key = |i: usize| OriginKey::from_uri(&format!("http://h{i}:80/").parse().unwrap()).unwrap();
-        let first = origins.get(&key(0), CEILING);
+        let first = origins.get(&key(0));
         first.record_head(Duration::from_millis(10), false, None, None);
         for i in 1..MAX_ORIGINS {
-            origins.get(&key(i), CEILING);
+            origins.get(&key(i));
         }
-        origins.get(&key(0), CEILING); // used again: not the oldest any more
-        origins.get(&key(MAX_ORIGINS), CEILING);
+        origins.get(&key(0)); // used again: not the oldest any more
+        origins.get(&key(MAX_ORIGINS));
         let table = origins.table();
         assert_eq!(table.len(), MAX_ORIGINS);
         assert!(table.contains_key(&key(0)) && !table.contains_key(&key(1)));
+    }
+
+    #[test]
+    fn origin_keys_drop_userinfo_and_fill_in_the_default_port() {
+        let key = |u: &str| OriginKey::from_uri(&u.parse().unwrap()).unwrap();
+        assert_eq!(key("http://alice:secret@API.example/x").to_string(), "http://api.example:80");
+        assert_eq!(key("http://alice:secret@api.example/"), key("http://api.example:80/y"));
+        assert_eq!(key("https://api.example/").to_string(), "https://api.example:443");
+        assert_eq!(key("http://[::1]:8080/").to_string(), "http://[::1]:8080");
+        assert!(OriginKey::from_uri(&"/relative".parse().unwrap()).is_none());
     }
 }

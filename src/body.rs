@@ -2,17 +2,23 @@ use std::fmt;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Buf;
+use http::Response;
 use http_body::{Body, Frame, SizeHint};
+use hyper_util::client::legacy::connect::HttpInfo;
 use tokio::runtime::Handle;
 
 use crate::adaptive::Origin;
 use crate::budget::DrainBudget;
 use crate::drain;
-use crate::policy::{Decision, Policy};
-use crate::stats::SkipReason;
+use crate::future::RequestInfo;
+use crate::layer::Shared;
+use crate::observe::ConnectionTag;
+use crate::outcome::Reason;
+use crate::policy::{self, AtDrop, Decision};
+use crate::stats::{AdaptiveView, Report, Trace};
 
 /// Response body of [`DrainOnDrop`]: forwards every frame of the inner body
 /// unchanged, and when dropped before its end hands the rest to a background
@@ -28,65 +34,116 @@ pub struct DrainBody<B> {
     /// `None` only while being dropped.
     inner: Option<B>,
     /// `None` once nothing needs doing at the drop: the end was reached, the
-    /// inner body failed, or the body was created at its end.
-    on_drop: Option<OnEarlyDrop<B>>,
+    /// inner body failed, the body was created at its end, or another
+    /// `DrainBody` below this one owns the drain.
+    armed: Option<Armed<B>>,
     /// The inner body returned `None` from `poll_frame`.
     ended: bool,
 }
 
 /// What an early drop needs, captured when the response arrived.
-struct OnEarlyDrop<B> {
+struct Armed<B> {
     ctx: DropContext,
     /// `early_drop::<B>`, taken where `B: Body + Send + 'static` is known, so
     /// that `DrainBody<B>` needs no bounds and its `Drop` can still drain.
     run: fn(B, DropContext),
 }
 
-struct DropContext {
-    policy: Arc<Policy>,
+/// Marks a response whose body already carries a drain, so that a
+/// `DrainOnDrop` further out passes it through instead of draining twice.
+#[derive(Clone, Copy)]
+struct DrainOwned;
+
+/// Everything known about a response when its body is dropped early.
+pub(crate) struct DropContext {
+    pub(crate) shared: Arc<Shared>,
     /// Runtime to drain on; `None` when the response arrived outside one.
-    handle: Option<Handle>,
+    pub(crate) handle: Option<Handle>,
     /// Reason the connection will not be reused whatever we do, from the head.
-    head: Option<SkipReason>,
+    head: Option<Reason>,
     /// The request's own budget, overriding the layer's.
     budget: Option<DrainBudget>,
+    status: u16,
+    /// Data bytes the caller read.
+    pub(crate) caller_read: u64,
+    trace: Option<Box<Trace>>,
     /// In adaptive mode: the origin, and when the head arrived.
-    origin: Option<(Arc<Origin>, Instant)>,
-    /// Data bytes the caller read, for the tracing event.
-    caller_read: u64,
+    pub(crate) origin: Option<(Arc<Origin>, Instant)>,
+}
+
+impl DropContext {
+    /// Counts the drop under `reason` and emits its event.
+    pub(crate) fn record(
+        &self,
+        reason: Reason,
+        bytes_drained: u64,
+        elapsed: Duration,
+        adaptive: Option<AdaptiveView>,
+    ) {
+        self.shared.stats.record(&Report {
+            reason,
+            bytes_drained,
+            caller_read: self.caller_read,
+            elapsed,
+            status: self.status,
+            trace: self.trace.as_deref(),
+            adaptive,
+        });
+    }
 }
 
 impl<B> DrainBody<B>
 where
     B: Body + Send + Unpin + 'static,
 {
-    pub(crate) fn new(
-        inner: B,
-        policy: Arc<Policy>,
-        head: Option<SkipReason>,
-        budget: Option<DrainBudget>,
-        origin: Option<Arc<Origin>>,
-    ) -> Self {
+    /// Puts the drain on a response that arrived for `request`.
+    pub(crate) fn wrap(mut response: Response<B>, request: RequestInfo) -> Response<DrainBody<B>> {
+        let extensions = response.extensions_mut();
+        if extensions.get::<DrainOwned>().is_some() {
+            return response.map(DrainBody::disarmed);
+        }
+        extensions.insert(DrainOwned);
+        let reuse = ConnectionTag::take(extensions);
+        if let Some(conn) = reuse {
+            request.shared.stats.response(conn.reused);
+        }
+        let origin = request.sent.map(|sent| {
+            let local_addr = response.extensions().get::<HttpInfo>().map(HttpInfo::local_addr);
+            let observed = reuse.map(|r| (r.reused, r.setup_time));
+            sent.origin.record_head(sent.at.elapsed(), sent.while_draining, observed, local_addr);
+            (sent.origin, Instant::now())
+        });
         // Nothing is left to drain (HEAD, 204, 304, `Content-Length: 0`): no
         // runtime handle, no state, nothing at the drop.
-        let on_drop = (!inner.is_end_stream()).then(|| OnEarlyDrop {
-            ctx: DropContext {
-                policy,
-                handle: Handle::try_current().ok(),
-                head,
-                budget,
-                origin: origin.map(|o| (o, Instant::now())),
-                caller_read: 0,
-            },
-            run: early_drop::<B>,
-        });
-        DrainBody { inner: Some(inner), on_drop, ended: false }
+        if response.body().is_end_stream() {
+            return response.map(DrainBody::disarmed);
+        }
+        let head =
+            policy::inspect(&request.shared.config, request.says, response.version(), response.headers());
+        let ctx = DropContext {
+            shared: request.shared,
+            handle: Handle::try_current().ok(),
+            head,
+            budget: request.budget,
+            status: response.status().as_u16(),
+            caller_read: 0,
+            trace: request.trace,
+            origin,
+        };
+        let armed = Armed { ctx, run: early_drop::<B> };
+        response.map(|inner| DrainBody { inner: Some(inner), armed: Some(armed), ended: false })
+    }
+}
+
+impl<B> DrainBody<B> {
+    fn disarmed(inner: B) -> Self {
+        DrainBody { inner: Some(inner), armed: None, ended: false }
     }
 }
 
 /// Runs when a body is dropped before its end: asks the policy, then drains
 /// in the background or drops the body so that hyper closes the connection.
-fn early_drop<B>(inner: B, ctx: DropContext)
+fn early_drop<B>(inner: B, mut ctx: DropContext)
 where
     B: Body + Send + Unpin + 'static,
 {
@@ -94,13 +151,31 @@ where
     if inner.is_end_stream() {
         return;
     }
-    let origin = ctx.origin.map(|(origin, _)| origin);
-    let remaining = inner.size_hint();
-    match ctx.policy.decide(ctx.budget, origin.as_deref(), ctx.head, remaining, ctx.handle) {
-        Decision::Drain(handle, budget, permit) => drain::spawn(&handle, inner, budget, permit, origin),
-        Decision::Skip(reason) => {
+    let handle = ctx.handle.take();
+    let origin = ctx.origin.as_ref().map(|(origin, _)| origin.clone());
+    let at = AtDrop {
+        head: ctx.head,
+        request_budget: ctx.budget,
+        origin: origin.as_deref(),
+        remaining: inner.size_hint(),
+        runtime: handle.as_ref(),
+    };
+    let (decision, adaptive_budget) = policy::decide(&ctx.shared, &at);
+    let view = origin
+        .filter(|_| tracing::enabled!(target: "drain_on_drop", tracing::Level::DEBUG))
+        .map(|o| o.view(adaptive_budget));
+    match (decision, handle) {
+        (Decision::Drain(allowance, slot), Some(handle)) => {
+            drain::spawn(&handle, inner, allowance, slot, ctx, view)
+        }
+        (Decision::Skip(reason), _) => {
             drop(inner);
-            ctx.policy.stats.skip(reason, ctx.caller_read);
+            ctx.record(reason, 0, Duration::ZERO, view);
+        }
+        // `decide` never drains without a runtime.
+        (Decision::Drain(..), None) => {
+            drop(inner);
+            ctx.record(Reason::NoRuntime, 0, Duration::ZERO, view);
         }
     }
 }
@@ -130,9 +205,9 @@ where
         let polled = Pin::new(&mut *inner).poll_frame(cx);
         match &polled {
             Poll::Ready(Some(Ok(frame))) => {
-                if let Some(on_drop) = this.on_drop.as_mut() {
+                if let Some(armed) = this.armed.as_mut() {
                     if let Some(data) = frame.data_ref() {
-                        on_drop.ctx.caller_read += data.remaining() as u64;
+                        armed.ctx.caller_read += data.remaining() as u64;
                     }
                     if inner.is_end_stream() {
                         this.read_to_end();
@@ -144,7 +219,7 @@ where
                 this.read_to_end();
             }
             // The connection's fate is settled: hyper closes it.
-            Poll::Ready(Some(Err(_))) => this.on_drop = None,
+            Poll::Ready(Some(Err(_))) => this.armed = None,
             Poll::Pending => {}
         }
         polled
@@ -166,9 +241,10 @@ impl<B> DrainBody<B> {
     /// The caller reached the end: nothing to do at the drop; in adaptive
     /// mode the read is a throughput sample for the origin.
     fn read_to_end(&mut self) {
-        if let Some(OnEarlyDrop { ctx, .. }) = self.on_drop.take()
-            && let Some((origin, head_at)) = ctx.origin
-        {
+        let Some(Armed { ctx, .. }) = self.armed.take() else {
+            return;
+        };
+        if let Some((origin, head_at)) = ctx.origin {
             origin.record_transfer(ctx.caller_read, head_at.elapsed());
         }
     }
@@ -176,8 +252,8 @@ impl<B> DrainBody<B> {
 
 impl<B> Drop for DrainBody<B> {
     fn drop(&mut self) {
-        if let (Some(on_drop), Some(inner)) = (self.on_drop.take(), self.inner.take()) {
-            (on_drop.run)(inner, on_drop.ctx);
+        if let (Some(armed), Some(inner)) = (self.armed.take(), self.inner.take()) {
+            (armed.run)(inner, armed.ctx);
         }
     }
 }
@@ -185,7 +261,7 @@ impl<B> Drop for DrainBody<B> {
 impl<B> fmt::Debug for DrainBody<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("DrainBody")
-            .field("armed", &self.on_drop.is_some())
+            .field("armed", &self.armed.is_some())
             .field("ended", &self.ended)
             .finish_non_exhaustive()
     }

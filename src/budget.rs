@@ -57,3 +57,22 @@ impl DrainBudget {
         self.max_bytes > 0 && !self.max_time.is_zero()
     }
 }
+
+/// What one started drain may spend: the budget it was decided with, turned
+/// into a byte allowance and a deadline at the drop.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Allowance {
+    pub(crate) max_bytes: u64,
+    /// `None` when `max_time` is too large to be represented as an instant.
+    pub(crate) deadline: Option<tokio::time::Instant>,
+}
+
+impl Allowance {
+    /// Starts counting `budget` now.
+    pub(crate) fn starting_now(budget: DrainBudget) -> Self {
+        Allowance {
+            max_bytes: budget.max_bytes,
+            deadline: tokio::time::Instant::now().checked_add(budget.max_time),
+        }
+    }
+}

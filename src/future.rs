@@ -1,34 +1,37 @@
+//! The response future of [`DrainOnDrop`](crate::DrainOnDrop).
+
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
+use std::time::Instant;
 
-use http::Response;
+use http::{Request, Response};
 use http_body::Body;
 use pin_project_lite::pin_project;
 
+use crate::adaptive::{Origin, OriginKey};
 use crate::body::DrainBody;
-use crate::observe::ConnectionTag;
-use crate::policy::{Policy, RequestInfo};
+use crate::budget::DrainBudget;
+use crate::layer::Shared;
+use crate::policy::RequestSays;
+use crate::stats::Trace;
 
 pin_project! {
-    /// Response future of [`DrainOnDrop`]: wraps the response body in a
-    /// [`DrainBody`] when the response head arrives.
-    ///
-    /// [`DrainOnDrop`]: crate::DrainOnDrop
+    /// Response future of [`DrainOnDrop`](crate::DrainOnDrop): wraps the
+    /// response body in a [`DrainBody`] when the response head arrives.
     #[must_use = "futures do nothing unless polled"]
     pub struct ResponseFuture<F> {
         #[pin]
         inner: F,
-        // `Option` so the policy moves into the body instead of being cloned.
-        policy: Option<Arc<Policy>>,
-        request: RequestInfo,
+        // `Option` so that it moves into the body when the head arrives.
+        request: Option<RequestInfo>,
     }
 }
 
 impl<F> ResponseFuture<F> {
-    pub(crate) fn new(inner: F, policy: Arc<Policy>, request: RequestInfo) -> Self {
-        ResponseFuture { inner, policy: Some(policy), request }
+    pub(crate) fn new(inner: F, request: RequestInfo) -> Self {
+        ResponseFuture { inner, request: Some(request) }
     }
 }
 
@@ -41,22 +44,65 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
-        let mut response = ready!(this.inner.poll(cx))?;
-        let policy = this.policy.take().expect("ResponseFuture polled after completion");
-        let reuse = ConnectionTag::take(response.extensions_mut());
-        if let Some(conn) = reuse {
-            policy.stats.response(conn.reused);
-        }
-        let request = std::mem::take(this.request);
-        let origin = policy.observe_head(&request, reuse, response.extensions());
-        let head = policy.inspect(&request, response.version(), response.headers());
-        let budget = request.budget;
-        Poll::Ready(Ok(response.map(|body| DrainBody::new(body, policy, head, budget, origin))))
+        let response = ready!(this.inner.poll(cx))?;
+        let request = this.request.take().expect("ResponseFuture polled after completion");
+        Poll::Ready(Ok(DrainBody::wrap(response, request)))
     }
 }
 
 impl<F> std::fmt::Debug for ResponseFuture<F> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ResponseFuture").field("request", &self.request).finish_non_exhaustive()
+        f.debug_struct("ResponseFuture").finish_non_exhaustive()
+    }
+}
+
+/// What `call` learns from the request, for its response's body.
+pub(crate) struct RequestInfo {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) says: RequestSays,
+    /// A per-request [`DrainBudget`] from the extensions.
+    pub(crate) budget: Option<DrainBudget>,
+    /// The span and origin for the drop's event, when DEBUG is enabled.
+    pub(crate) trace: Option<Box<Trace>>,
+    /// In adaptive mode: where and when the request went.
+    pub(crate) sent: Option<SentTo>,
+}
+
+/// In adaptive mode: the request's origin, when it was sent, and whether a
+/// drain from that origin was running then.
+pub(crate) struct SentTo {
+    pub(crate) origin: Arc<Origin>,
+    pub(crate) at: Instant,
+    pub(crate) while_draining: bool,
+}
+
+impl RequestInfo {
+    pub(crate) fn read<B>(shared: &Arc<Shared>, req: &Request<B>) -> Self {
+        let key = || OriginKey::from_uri(req.uri());
+        let sent = shared.config.adaptive.then(key).flatten().map(|key| {
+            let origin = shared.origins.get(&key);
+            let while_draining = origin.is_draining();
+            SentTo { origin, at: Instant::now(), while_draining }
+        });
+        let trace = tracing::enabled!(target: "drain_on_drop", tracing::Level::DEBUG).then(|| {
+            let origin = key().map(|k| k.to_string()).unwrap_or_default();
+            Box::new(Trace { span: tracing::Span::current(), origin })
+        });
+        let extensions = req.extensions();
+        RequestInfo {
+            shared: shared.clone(),
+            says: RequestSays::read(req.headers()),
+            budget: if extensions.is_empty() { None } else { extensions.get::<DrainBudget>().copied() },
+            trace,
+            sent,
+        }
+    }
+
+    /// For a response that came without its request
+    /// ([`wrap_response`](crate::DrainOnDropLayer::wrap_response)).
+    pub(crate) fn none(shared: Arc<Shared>) -> Self {
+        let trace = tracing::enabled!(target: "drain_on_drop", tracing::Level::DEBUG)
+            .then(|| Box::new(Trace { span: tracing::Span::current(), origin: String::new() }));
+        RequestInfo { shared, says: RequestSays::default(), budget: None, trace, sent: None }
     }
 }

@@ -1,12 +1,84 @@
+use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use http::Response;
+use http_body::Body;
 use tower_layer::Layer;
 
+use crate::adaptive::{self, OriginSnapshot, Origins};
+use crate::body::DrainBody;
+use crate::budget::DrainBudget;
+use crate::future::RequestInfo;
 use crate::observe::ObserveConnector;
-use crate::policy::{Config, Policy};
 use crate::service::DrainOnDrop;
 use crate::stats::DrainStats;
+
+/// The layer's settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Config {
+    pub(crate) max_bytes: u64,
+    pub(crate) max_time: Duration,
+    pub(crate) max_concurrent_drains: usize,
+    /// Media types (lowercase, no parameters) of open-ended streams.
+    pub(crate) stream_types: Arc<[String]>,
+    /// Budgets follow per-origin estimates (see `adaptive.rs`).
+    pub(crate) adaptive: bool,
+    /// `max_bytes` / `max_time` were set by the user: in adaptive mode they
+    /// are the ceilings, otherwise the adaptive defaults are.
+    pub(crate) explicit_bytes: bool,
+    pub(crate) explicit_time: bool,
+}
+
+impl Config {
+    /// The fixed budgets.
+    pub(crate) fn budget(&self) -> DrainBudget {
+        DrainBudget::new(self.max_bytes, self.max_time)
+    }
+
+    /// The most an adaptive drain may spend.
+    pub(crate) fn ceiling(&self) -> DrainBudget {
+        DrainBudget::new(
+            if self.explicit_bytes { self.max_bytes } else { adaptive::DEFAULT_CEILING_BYTES },
+            if self.explicit_time { self.max_time } else { adaptive::DEFAULT_CEILING_TIME },
+        )
+    }
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            max_bytes: 256 * 1024,
+            max_time: Duration::from_millis(50),
+            max_concurrent_drains: 1024,
+            stream_types: Arc::from(vec!["text/event-stream".to_string()]),
+            adaptive: false,
+            explicit_bytes: false,
+            explicit_time: false,
+        }
+    }
+}
+
+/// What every service built from one layer, and every body they return,
+/// shares: the settings, the counters, and the adaptive origin table.
+#[derive(Clone, Default)]
+pub(crate) struct Shared {
+    pub(crate) config: Config,
+    pub(crate) stats: DrainStats,
+    pub(crate) origins: Arc<Origins>,
+}
+
+impl fmt::Debug for Shared {
+    /// The settings and counters; origins by number only (their names are
+    /// hosts the user may not want in logs).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DrainOnDrop")
+            .field("config", &self.config)
+            .field("stats", &self.stats)
+            .field("origins", &self.origins.len())
+            .finish()
+    }
+}
 
 /// Wraps a client service in [`DrainOnDrop`]: response bodies dropped before
 /// their end are drained in the background so the connection can be pooled.
@@ -26,20 +98,18 @@ use crate::stats::DrainStats;
 /// ```
 #[derive(Clone, Debug)]
 pub struct DrainOnDropLayer {
-    policy: Arc<Policy>,
+    shared: Arc<Shared>,
 }
 
 impl DrainOnDropLayer {
     /// A layer with the default budgets: 256 KiB and 50 ms (Go 1.27's
     /// choice), and at most 1024 drains running at once.
     pub fn new() -> Self {
-        DrainOnDropLayer {
-            policy: Arc::new(Policy { config: Config::default(), stats: DrainStats::default() }),
-        }
+        DrainOnDropLayer { shared: Arc::new(Shared::default()) }
     }
 
     fn config(mut self, f: impl FnOnce(&mut Config)) -> Self {
-        f(&mut Arc::make_mut(&mut self.policy).config);
+        f(&mut Arc::make_mut(&mut self.shared).config);
         self
     }
 
@@ -188,7 +258,44 @@ impl DrainOnDropLayer {
     /// The counters shared by this layer, its clones and every service built
     /// from them.
     pub fn stats(&self) -> DrainStats {
-        self.policy.stats.clone()
+        self.shared.stats.clone()
+    }
+
+    /// Per-origin estimates of the adaptive mode ([`adaptive`](Self::adaptive)),
+    /// sorted by origin, with the budget an early drop from each would get
+    /// now under this layer's ceilings; empty when adaptive mode is off.
+    pub fn origins(&self) -> Vec<OriginSnapshot> {
+        self.shared.origins.snapshot(self.shared.config.ceiling())
+    }
+
+    /// Puts the drain on a response that did not come through a service
+    /// built from this layer, such as one from `reqwest` (see the README's
+    /// "Using reqwest"). The body is drained on an early drop with this
+    /// layer's budgets, rules and counters, minus what only the request
+    /// could say: a request's `Connection: close` or [`DrainBudget`], and
+    /// adaptive estimates (the fixed budgets apply). Must be called inside
+    /// the tokio runtime that should run the drain, as the layer's own
+    /// responses are.
+    ///
+    /// A response that already carries a drain (it came through a
+    /// `DrainOnDrop`) is passed through: it is drained once.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use drain_on_drop::DrainOnDropLayer;
+    ///
+    /// let layer = DrainOnDropLayer::new();
+    /// let res = http::Response::new(http_body_util::Full::new(bytes::Bytes::from("hello")));
+    /// let res = layer.wrap_response(res);
+    /// drop(res); // dropped unread: drained (here at once, the body is in memory)
+    /// # }
+    /// ```
+    pub fn wrap_response<B>(&self, res: Response<B>) -> Response<DrainBody<B>>
+    where
+        B: Body + Send + Unpin + 'static,
+    {
+        DrainBody::wrap(res, RequestInfo::none(self.shared.clone()))
     }
 }
 
@@ -203,6 +310,6 @@ impl<S> Layer<S> for DrainOnDropLayer {
     type Service = DrainOnDrop<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        DrainOnDrop::from_policy(inner, self.policy.clone())
+        DrainOnDrop::from_shared(inner, self.shared.clone())
     }
 }

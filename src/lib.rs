@@ -164,9 +164,10 @@ mod adaptive;
 mod body;
 mod budget;
 mod drain;
-mod future;
+pub mod future;
 mod layer;
-mod observe;
+pub mod observe;
+mod outcome;
 mod policy;
 mod service;
 mod stats;
@@ -174,11 +175,11 @@ mod stats;
 pub use adaptive::OriginSnapshot;
 pub use body::DrainBody;
 pub use budget::DrainBudget;
-pub use future::ResponseFuture;
 pub use layer::DrainOnDropLayer;
-pub use observe::{ConnectFuture, ConnectionReuse, ObserveConnector, ObservedConnection};
+pub use observe::{ConnectionReuse, ObserveConnector};
+pub use outcome::{Outcome, Reason};
 pub use service::DrainOnDrop;
-pub use stats::{DrainSnapshot, DrainStats};
+pub use stats::{DrainSnapshot, DrainStats, ReuseSnapshot};
 
 /// Compiles the code blocks of README.md.
 #[cfg(doctest)]

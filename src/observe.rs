@@ -1,4 +1,4 @@
-//! The reuse observer: a connector wrapper that tags each connection it
+//! The reuse observer: [`ObserveConnector`], a connector wrapper that tags each connection it
 //! opens, so every response tells whether it came on a new or a reused
 //! connection and how long that connection took to set up.
 

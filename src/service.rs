@@ -7,20 +7,20 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::body::DrainBody;
-use crate::future::ResponseFuture;
-use crate::layer::DrainOnDropLayer;
-use crate::policy::Policy;
+use crate::future::{RequestInfo, ResponseFuture};
+use crate::layer::{DrainOnDropLayer, Shared};
 use crate::stats::DrainStats;
 
 /// Middleware that drains response bodies dropped before their end, so the
 /// HTTP/1 connection goes back to the pool. Built by [`DrainOnDropLayer`].
 ///
 /// Responses come back with a [`DrainBody`] around the inner body; errors are
-/// the inner service's, unchanged.
+/// the inner service's, unchanged. Stacked, the innermost `DrainOnDrop` owns
+/// a response's drain and outer ones pass it through.
 #[derive(Clone, Debug)]
 pub struct DrainOnDrop<S> {
     inner: S,
-    policy: Arc<Policy>,
+    shared: Arc<Shared>,
 }
 
 impl<S> DrainOnDrop<S> {
@@ -34,13 +34,13 @@ impl<S> DrainOnDrop<S> {
         DrainOnDropLayer::new()
     }
 
-    pub(crate) fn from_policy(inner: S, policy: Arc<Policy>) -> Self {
-        DrainOnDrop { inner, policy }
+    pub(crate) fn from_shared(inner: S, shared: Arc<Shared>) -> Self {
+        DrainOnDrop { inner, shared }
     }
 
     /// The counters this service reports into (shared with its layer).
     pub fn stats(&self) -> DrainStats {
-        self.policy.stats.clone()
+        self.shared.stats.clone()
     }
 
     /// Gets a reference to the inner service.
@@ -74,7 +74,7 @@ where
     }
 
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
-        let request = self.policy.on_request(&req);
-        ResponseFuture::new(self.inner.call(req), self.policy.clone(), request)
+        let request = RequestInfo::read(&self.shared, &req);
+        ResponseFuture::new(self.inner.call(req), request)
     }
 }

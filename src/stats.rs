@@ -1,128 +1,57 @@
-//! The one place that counts: shared counters, the in-flight permit, and the
-//! tracing event that reports every early drop's outcome.
+//! The one place that counts: the shared counters, the in-flight slots, and
+//! the tracing event that reports every early drop. It records what it is
+//! told; the policy decides and the drain drains.
 
 use std::fmt;
-
-use crate::adaptive::{OriginSnapshot, Origins};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-/// Why an early drop was not drained at all.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum SkipReason {
-    /// `max_bytes` or `max_time` is zero.
-    Disabled,
-    /// `Connection: close` on the request or the response, or an HTTP/1.0
-    /// response without keep-alive: the connection will not be reused anyway.
-    ConnectionClose,
-    /// An HTTP/1 body with neither `Content-Length` nor chunked framing: it
-    /// ends when the server closes the connection, which is never pooled.
-    CloseDelimited,
-    /// HTTP/2 or later: dropping the body resets one stream, the connection
-    /// survives on its own.
-    Http2,
-    /// The remaining length is known and larger than `max_bytes`.
-    OverBudget,
-    /// No tokio runtime was captured, or it shut down before the drain started.
-    NoRuntime,
-    /// `max_concurrent_drains` drains were already running.
-    Saturated,
-    /// An open-ended stream (`text/event-stream`, or another listed type):
-    /// it will not end within any budget, so it is closed at once.
-    Stream,
-}
-
-impl SkipReason {
-    const ALL: [SkipReason; 8] = [
-        SkipReason::Disabled,
-        SkipReason::ConnectionClose,
-        SkipReason::CloseDelimited,
-        SkipReason::Http2,
-        SkipReason::OverBudget,
-        SkipReason::NoRuntime,
-        SkipReason::Saturated,
-        SkipReason::Stream,
-    ];
-
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            SkipReason::Disabled => "disabled",
-            SkipReason::ConnectionClose => "connection_close",
-            SkipReason::CloseDelimited => "close_delimited",
-            SkipReason::Http2 => "http2",
-            SkipReason::OverBudget => "declared_over_budget",
-            SkipReason::NoRuntime => "no_runtime",
-            SkipReason::Saturated => "saturated",
-            SkipReason::Stream => "stream",
-        }
-    }
-}
-
-/// How a started drain ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Outcome {
-    /// The end of the body was reached; the connection can be pooled.
-    Drained,
-    /// More than `max_bytes` would have had to be read.
-    OverBytes,
-    /// `max_time` passed since the drop.
-    OverTime,
-    /// The runtime dropped the drain task before it ended (shutdown).
-    Cancelled,
-    /// The body returned an error (reset, malformed framing, early EOF).
-    Failed,
-}
-
-impl Outcome {
-    /// Number of outcomes: `Failed` is the last variant.
-    const COUNT: usize = Outcome::Failed as usize + 1;
-
-    fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Drained => "drained",
-            Outcome::OverBytes => "abandoned",
-            Outcome::OverTime => "abandoned",
-            Outcome::Cancelled => "abandoned",
-            Outcome::Failed => "failed",
-        }
-    }
-
-    fn reason(self) -> &'static str {
-        match self {
-            Outcome::Drained => "end_of_body",
-            Outcome::OverBytes => "over_bytes",
-            Outcome::OverTime => "over_time",
-            Outcome::Cancelled => "runtime_shutdown",
-            Outcome::Failed => "body_error",
-        }
-    }
-}
+use crate::budget::DrainBudget;
+use crate::outcome::{Outcome, Reason};
 
 #[derive(Default)]
 struct Counters {
+    /// Early drops by reason, indexed by [`Reason::index`].
+    by_reason: [AtomicU64; Reason::COUNT],
     bytes_drained: AtomicU64,
+    /// Drains holding a slot. Released (Release) only after the drain's
+    /// reason and bytes were counted, and read (Acquire) before any other
+    /// counter by [`DrainStats::snapshot`]: a snapshot that sees a slot
+    /// released sees what that drain counted.
     in_flight: AtomicU64,
-    /// Started drains by how they ended, indexed by [`Outcome`].
-    ended: [AtomicU64; Outcome::COUNT],
-    /// Early drops not drained, indexed by [`SkipReason`].
-    skipped: [AtomicU64; SkipReason::ALL.len()],
     requests: AtomicU64,
     reused: AtomicU64,
     connections_opened: AtomicU64,
-    origins: Origins,
 }
 
-/// A cheap, cloneable handle on the counters of one [`DrainOnDropLayer`].
+/// A cheap, cloneable handle on the counters of one
+/// [`DrainOnDropLayer`](crate::DrainOnDropLayer).
 ///
 /// Every service built from the layer, and from its clones, counts into the
-/// same counters. Read them with [`snapshot`](Self::snapshot).
+/// same counters. Every early drop (a body dropped before its end) is counted
+/// exactly once, under one [`Reason`], when its outcome is known; bodies read
+/// to their end are not counted.
 ///
-/// Every early drop (a body dropped before its end) is counted exactly once,
-/// in `drained`, `abandoned`, `skipped` or `failed`, when its outcome is known.
-/// Bodies read to their end are not counted at all.
+/// # Reading exact figures
 ///
-/// [`DrainOnDropLayer`]: crate::DrainOnDropLayer
+/// A drain runs in the background after the drop, so wait for `in_flight`
+/// to reach 0 before reading what a batch of drops did. The counters are
+/// ordered so that this is exact, on any runtime: every snapshot taken after
+/// one that read `in_flight == 0` includes every drop that ended before it.
+///
+/// ```
+/// # async fn wait(stats: drain_on_drop::DrainStats) {
+/// use std::time::{Duration, Instant};
+///
+/// let deadline = Instant::now() + Duration::from_secs(5);
+/// while stats.snapshot().in_flight > 0 && Instant::now() < deadline {
+///     tokio::time::sleep(Duration::from_millis(1)).await;
+/// }
+/// let s = stats.snapshot();
+/// println!("drained {} abandoned {} skipped {} failed {}", s.drained, s.abandoned, s.skipped, s.failed);
+/// # }
+/// ```
 #[derive(Clone, Default)]
 pub struct DrainStats {
     counters: Arc<Counters>,
@@ -134,111 +63,167 @@ impl fmt::Debug for DrainStats {
     }
 }
 
-/// The counters of a [`DrainStats`] at one moment.
+/// The drain counters of a [`DrainStats`] at one moment.
 ///
-/// Fields are read one by one without a lock, so a snapshot taken while drains
-/// run may be off by the drains that ended during the read.
-#[non_exhaustive]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// The four totals are the sums of their reasons ([`count`](Self::count),
+/// [`iter`](Self::iter)) in every snapshot. To export, iterate: each
+/// `(reason, value)` pair is a counter labelled `outcome =
+/// reason.outcome().as_str()` and `reason = reason.as_str()` (see
+/// `examples/metrics.rs`).
+///
+/// ```
+/// use drain_on_drop::{DrainOnDropLayer, Reason};
+///
+/// let stats = DrainOnDropLayer::new().stats();
+/// let before = stats.snapshot();
+/// // ... requests ...
+/// let delta = stats.snapshot().since(&before);
+/// for (reason, n) in delta.iter().filter(|(_, n)| *n > 0) {
+///     println!("{} {}: {n}", reason.outcome(), reason);
+/// }
+/// assert_eq!(delta.count(Reason::OverTime), 0);
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub struct DrainSnapshot {
-    /// Drains that reached the end of the body. hyper then pools the
-    /// connection, unless it cannot: the server sent bytes after the body or
-    /// closed the connection, the request body upload failed, or the
-    /// client's pool is disabled (which the layer cannot see).
+    /// Drains that reached the end of the body ([`Reason::EndOfBody`]). hyper
+    /// then pools the connection, unless it cannot: the server sent bytes
+    /// after the body or closed the connection, the request body upload
+    /// failed, or the client's pool is disabled (which the layer cannot see).
     pub drained: u64,
-    /// Drains given up: the byte budget or the time budget ran out, or the
-    /// runtime shut down while the drain ran. The body is dropped, and hyper
-    /// closes the connection unless its own single read at the drop finds
-    /// the end of the body already buffered (say, a chunked body whose last
-    /// data frame crossed the budget and whose final chunk had arrived).
+    /// Drains given up: over the byte budget, over the time budget, or the
+    /// runtime shut down while the drain ran. The rest of the body is
+    /// dropped, and hyper closes the connection unless its own single read
+    /// at the drop finds the end of the body already buffered.
     pub abandoned: u64,
-    /// Early drops for which no drain was started, whatever the reason
-    /// (disabled, `Connection: close`, HTTP/2, declared length over budget,
-    /// no runtime, too many drains running).
+    /// Early drops for which no drain was started, whatever the reason: see
+    /// the [`Reason`]s of [`Outcome::Skipped`].
     pub skipped: u64,
-    /// Drains that ended on a body error (reset, malformed framing, early
-    /// end of file). The connection was closed.
+    /// Drains that ended on a body error or a panic of the body. The
+    /// connection was closed.
     pub failed: u64,
     /// Data bytes read and discarded by drains, whatever their outcome.
     pub bytes_drained: u64,
     /// Drains running now.
     pub in_flight: u64,
-    /// Of `abandoned`: more than the byte budget would have had to be read.
-    pub abandoned_over_bytes: u64,
-    /// Of `abandoned`: the time budget ran out.
-    pub abandoned_over_time: u64,
-    /// Of `abandoned`: the runtime shut down while the drain ran.
-    pub abandoned_runtime_shutdown: u64,
-    /// Of `skipped`: `max_bytes` or `max_time` is zero, for the layer or
-    /// through a [`DrainBudget`](crate::DrainBudget).
-    pub skipped_disabled: u64,
-    /// Of `skipped`: `Connection: close` on the request or response, or
-    /// HTTP/1.0 without keep-alive.
-    pub skipped_connection_close: u64,
-    /// Of `skipped`: a body without length or chunking, ended by closing.
-    pub skipped_close_delimited: u64,
-    /// Of `skipped`: HTTP/2 or later.
-    pub skipped_http2: u64,
-    /// Of `skipped`: the remaining length was known and above the byte budget.
-    pub skipped_over_budget: u64,
-    /// Of `skipped`: an open-ended stream content type.
-    pub skipped_stream: u64,
-    /// Of `skipped`: `max_concurrent_drains` drains were running.
-    pub skipped_saturated: u64,
-    /// Of `skipped`: no runtime to drain on, or it was shutting down.
-    pub skipped_no_runtime: u64,
-    /// Responses that came through the layer on a connection opened by an
-    /// [`ObserveConnector`](crate::ObserveConnector) (0 without one).
-    pub requests: u64,
-    /// Of `requests`: responses on a connection that had carried one before.
-    pub reused: u64,
-    /// Connections opened by [`ObserveConnector`](crate::ObserveConnector)s
-    /// counting into these stats (0 without one).
-    pub connections_opened: u64,
+    by_reason: [u64; Reason::COUNT],
 }
 
-impl DrainStats {
-    /// Reads the counters.
-    pub fn snapshot(&self) -> DrainSnapshot {
-        let c = &*self.counters;
-        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        let ended = |o: Outcome| load(&c.ended[o as usize]);
-        let (over_bytes, over_time, cancelled) =
-            (ended(Outcome::OverBytes), ended(Outcome::OverTime), ended(Outcome::Cancelled));
-        let skipped = |r: SkipReason| load(&c.skipped[r as usize]);
+impl Default for DrainSnapshot {
+    fn default() -> Self {
+        DrainSnapshot::from_reasons([0; Reason::COUNT], 0, 0)
+    }
+}
+
+impl DrainSnapshot {
+    fn from_reasons(by_reason: [u64; Reason::COUNT], bytes_drained: u64, in_flight: u64) -> Self {
+        let total =
+            |o: Outcome| Reason::ALL.iter().filter(|r| r.outcome() == o).map(|r| by_reason[r.index()]).sum();
         DrainSnapshot {
-            drained: ended(Outcome::Drained),
-            abandoned: over_bytes + over_time + cancelled,
-            skipped: c.skipped.iter().map(load).sum(),
-            failed: ended(Outcome::Failed),
-            bytes_drained: load(&c.bytes_drained),
-            in_flight: load(&c.in_flight),
-            abandoned_over_bytes: over_bytes,
-            abandoned_over_time: over_time,
-            abandoned_runtime_shutdown: cancelled,
-            skipped_disabled: skipped(SkipReason::Disabled),
-            skipped_connection_close: skipped(SkipReason::ConnectionClose),
-            skipped_close_delimited: skipped(SkipReason::CloseDelimited),
-            skipped_http2: skipped(SkipReason::Http2),
-            skipped_over_budget: skipped(SkipReason::OverBudget),
-            skipped_stream: skipped(SkipReason::Stream),
-            skipped_saturated: skipped(SkipReason::Saturated),
-            skipped_no_runtime: skipped(SkipReason::NoRuntime),
-            requests: load(&c.requests),
-            reused: load(&c.reused),
-            connections_opened: load(&c.connections_opened),
+            drained: total(Outcome::Drained),
+            abandoned: total(Outcome::Abandoned),
+            skipped: total(Outcome::Skipped),
+            failed: total(Outcome::Failed),
+            bytes_drained,
+            in_flight,
+            by_reason,
         }
     }
 
-    /// Per-origin estimates of the adaptive mode
-    /// ([`DrainOnDropLayer::adaptive`](crate::DrainOnDropLayer::adaptive)),
-    /// sorted by origin; empty otherwise.
-    pub fn origins(&self) -> Vec<OriginSnapshot> {
-        self.counters.origins.snapshot()
+    /// Early drops counted under `reason`.
+    pub fn count(&self, reason: Reason) -> u64 {
+        self.by_reason[reason.index()]
     }
 
-    pub(crate) fn origin_table(&self) -> &Origins {
-        &self.counters.origins
+    /// Early drops of one outcome: the same as the field of that name.
+    pub fn total(&self, outcome: Outcome) -> u64 {
+        match outcome {
+            Outcome::Drained => self.drained,
+            Outcome::Abandoned => self.abandoned,
+            Outcome::Skipped => self.skipped,
+            Outcome::Failed => self.failed,
+        }
+    }
+
+    /// Every reason with its count, zeros included, in the order of
+    /// [`Reason::ALL`].
+    pub fn iter(&self) -> impl Iterator<Item = (Reason, u64)> + '_ {
+        Reason::ALL.iter().map(|&r| (r, self.count(r)))
+    }
+
+    /// What was counted between `earlier` and `self`: every counter
+    /// subtracted (saturating at 0, for snapshots given in the wrong order),
+    /// `in_flight` as in `self`.
+    pub fn since(&self, earlier: &DrainSnapshot) -> DrainSnapshot {
+        let by_reason = std::array::from_fn(|i| self.by_reason[i].saturating_sub(earlier.by_reason[i]));
+        DrainSnapshot::from_reasons(
+            by_reason,
+            self.bytes_drained.saturating_sub(earlier.bytes_drained),
+            self.in_flight,
+        )
+    }
+}
+
+impl fmt::Debug for DrainSnapshot {
+    /// The totals, then every non-zero reason by its name.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut s = f.debug_struct("DrainSnapshot");
+        s.field("drained", &self.drained)
+            .field("abandoned", &self.abandoned)
+            .field("skipped", &self.skipped)
+            .field("failed", &self.failed)
+            .field("bytes_drained", &self.bytes_drained)
+            .field("in_flight", &self.in_flight);
+        for (reason, n) in self.iter().filter(|(_, n)| *n > 0) {
+            s.field(reason.as_str(), &n);
+        }
+        s.finish()
+    }
+}
+
+/// What the reuse observer counted
+/// ([`DrainOnDropLayer::observe`](crate::DrainOnDropLayer::observe)); all
+/// zero without one.
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReuseSnapshot {
+    /// Responses that came through the layer on a connection opened by an
+    /// [`ObserveConnector`](crate::ObserveConnector).
+    pub requests: u64,
+    /// Of `requests`: responses on a connection that had carried one before.
+    pub reused: u64,
+    /// Connections opened by observers counting into these stats.
+    pub connections_opened: u64,
+}
+
+impl ReuseSnapshot {
+    /// What was counted between `earlier` and `self` (saturating at 0).
+    pub fn since(&self, earlier: &ReuseSnapshot) -> ReuseSnapshot {
+        ReuseSnapshot {
+            requests: self.requests.saturating_sub(earlier.requests),
+            reused: self.reused.saturating_sub(earlier.reused),
+            connections_opened: self.connections_opened.saturating_sub(earlier.connections_opened),
+        }
+    }
+}
+
+impl DrainStats {
+    /// Reads the drain counters. See [Reading exact figures](Self#reading-exact-figures).
+    pub fn snapshot(&self) -> DrainSnapshot {
+        let c = &*self.counters;
+        // First, and Acquire: pairs with the Release in `Slot::drop`.
+        let in_flight = c.in_flight.load(Ordering::Acquire);
+        let by_reason = std::array::from_fn(|i| c.by_reason[i].load(Ordering::Relaxed));
+        DrainSnapshot::from_reasons(by_reason, c.bytes_drained.load(Ordering::Relaxed), in_flight)
+    }
+
+    /// Reads the reuse observer's counters.
+    pub fn reuse(&self) -> ReuseSnapshot {
+        let c = &*self.counters;
+        ReuseSnapshot {
+            requests: c.requests.load(Ordering::Relaxed),
+            reused: c.reused.load(Ordering::Relaxed),
+            connections_opened: c.connections_opened.load(Ordering::Relaxed),
+        }
     }
 
     /// Counts a connection opened by an observer; returns its number, from 1.
@@ -254,86 +239,164 @@ impl DrainStats {
         }
     }
 
-    /// Counts an early drop that was not drained and reports it.
-    pub(crate) fn skip(&self, reason: SkipReason, caller_read: u64) {
-        self.counters.skipped[reason as usize].fetch_add(1, Ordering::Relaxed);
-        tracing::debug!(
-            outcome = "skipped",
-            reason = reason.as_str(),
-            caller_read,
-            bytes_drained = 0u64,
-            elapsed_us = 0u64,
-            "response body dropped early; not drained"
-        );
-    }
-
-    /// Reserves one of `limit` drain slots, or `None` when all are taken.
-    pub(crate) fn try_start(&self, limit: usize) -> Option<DrainPermit> {
-        let in_flight = &self.counters.in_flight;
+    /// Takes one of `limit` drain slots, or `None` when all are taken.
+    pub(crate) fn try_acquire(&self, limit: usize) -> Option<Slot> {
         let limit = u64::try_from(limit).unwrap_or(u64::MAX);
-        in_flight.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < limit).then_some(n + 1)).ok()?;
-        Some(DrainPermit {
-            stats: self.clone(),
-            started_at: Instant::now(),
-            running: false,
-            bytes: 0,
-            outcome: None,
-        })
+        self.counters
+            .in_flight
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| (n < limit).then_some(n + 1))
+            .ok()?;
+        Some(Slot { stats: self.clone() })
+    }
+
+    /// Counts one early drop and emits its event.
+    pub(crate) fn record(&self, report: &Report<'_>) {
+        let c = &*self.counters;
+        c.by_reason[report.reason.index()].fetch_add(1, Ordering::Relaxed);
+        if report.bytes_drained > 0 {
+            c.bytes_drained.fetch_add(report.bytes_drained, Ordering::Relaxed);
+        }
+        report.emit();
     }
 }
 
-/// One running drain: holds an in-flight slot, and counts the drain's
-/// outcome exactly once when dropped, however the drain ended.
-pub(crate) struct DrainPermit {
+/// One running drain's place under `max_concurrent_drains`. Dropped after the
+/// drain's outcome was recorded.
+pub(crate) struct Slot {
     stats: DrainStats,
-    started_at: Instant,
-    running: bool,
-    bytes: u64,
-    outcome: Option<Outcome>,
 }
 
-impl DrainPermit {
-    /// The drain task was polled: from now on, being dropped without an
-    /// outcome means it was cancelled, not that it never ran.
-    pub(crate) fn running(&mut self) {
-        self.running = true;
-    }
-
-    pub(crate) fn add_bytes(&mut self, n: u64) {
-        self.bytes = self.bytes.saturating_add(n);
-    }
-
-    pub(crate) fn bytes(&self) -> u64 {
-        self.bytes
-    }
-
-    pub(crate) fn finish(mut self, outcome: Outcome) {
-        self.outcome = Some(outcome);
-    }
-
-    pub(crate) fn elapsed(&self) -> Duration {
-        self.started_at.elapsed()
-    }
-}
-
-impl Drop for DrainPermit {
+impl Drop for Slot {
     fn drop(&mut self) {
-        let c = &*self.stats.counters;
-        c.in_flight.fetch_sub(1, Ordering::AcqRel);
-        let outcome = match self.outcome {
-            Some(outcome) => outcome,
-            None if self.running => Outcome::Cancelled,
-            // Spawned onto a runtime that was shutting down: never ran.
-            None => return self.stats.skip(SkipReason::NoRuntime, 0),
+        // Release: whoever reads this decrement (Acquire) sees the counts
+        // recorded before it.
+        self.stats.counters.in_flight.fetch_sub(1, Ordering::Release);
+    }
+}
+
+/// Where an early drop's event belongs: the span current when the request
+/// was called, and the request's origin. Captured only when the DEBUG event
+/// is enabled at that moment.
+pub(crate) struct Trace {
+    pub(crate) span: tracing::Span,
+    /// `scheme://host:port`, never the userinfo.
+    pub(crate) origin: String,
+}
+
+/// The adaptive figures a drop was decided with.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct AdaptiveView {
+    pub(crate) setup_cost: Option<Duration>,
+    pub(crate) throughput: Option<u64>,
+    pub(crate) budget: Option<DrainBudget>,
+}
+
+/// Everything said about one early drop.
+pub(crate) struct Report<'a> {
+    pub(crate) reason: Reason,
+    pub(crate) bytes_drained: u64,
+    pub(crate) caller_read: u64,
+    pub(crate) elapsed: Duration,
+    pub(crate) status: u16,
+    pub(crate) trace: Option<&'a Trace>,
+    pub(crate) adaptive: Option<AdaptiveView>,
+}
+
+impl Report<'_> {
+    fn emit(&self) {
+        if !tracing::enabled!(tracing::Level::DEBUG) {
+            return;
+        }
+        let emit = || {
+            let origin = self.trace.map_or("", |t| t.origin.as_str());
+            let elapsed_us = u64::try_from(self.elapsed.as_micros()).unwrap_or(u64::MAX);
+            let message = match self.reason.outcome() {
+                Outcome::Skipped => "response body dropped early; not drained",
+                _ => "response body dropped early; drain ended",
+            };
+            match self.adaptive {
+                None => tracing::debug!(
+                    outcome = self.reason.outcome().as_str(),
+                    reason = self.reason.as_str(),
+                    origin,
+                    status = self.status,
+                    caller_read = self.caller_read,
+                    bytes_drained = self.bytes_drained,
+                    elapsed_us,
+                    "{message}"
+                ),
+                Some(a) => tracing::debug!(
+                    outcome = self.reason.outcome().as_str(),
+                    reason = self.reason.as_str(),
+                    origin,
+                    status = self.status,
+                    caller_read = self.caller_read,
+                    bytes_drained = self.bytes_drained,
+                    elapsed_us,
+                    setup_cost_us = a.setup_cost.map(|d| d.as_micros() as u64),
+                    throughput = a.throughput,
+                    budget_bytes = a.budget.map(|b| b.max_bytes),
+                    budget_time_us = a.budget.map(|b| b.max_time.as_micros() as u64),
+                    "{message}"
+                ),
+            }
         };
-        c.bytes_drained.fetch_add(self.bytes, Ordering::Relaxed);
-        c.ended[outcome as usize].fetch_add(1, Ordering::Relaxed);
-        tracing::debug!(
-            outcome = outcome.as_str(),
-            reason = outcome.reason(),
-            bytes_drained = self.bytes,
-            elapsed_us = u64::try_from(self.elapsed().as_micros()).unwrap_or(u64::MAX),
-            "response body dropped early; drain ended"
-        );
+        match self.trace {
+            Some(trace) => trace.span.in_scope(emit),
+            None => emit(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(reason: Reason, bytes: u64) -> Report<'static> {
+        Report {
+            reason,
+            bytes_drained: bytes,
+            caller_read: 0,
+            elapsed: Duration::ZERO,
+            status: 200,
+            trace: None,
+            adaptive: None,
+        }
+    }
+
+    #[test]
+    fn totals_are_the_sums_of_their_reasons_and_since_subtracts() {
+        let stats = DrainStats::default();
+        stats.record(&report(Reason::EndOfBody, 10));
+        let before = stats.snapshot();
+        stats.record(&report(Reason::OverTime, 5));
+        stats.record(&report(Reason::OverBytes, 7));
+        stats.record(&report(Reason::Stream, 0));
+        stats.record(&report(Reason::BodyPanic, 0));
+        let now = stats.snapshot();
+        assert_eq!((now.drained, now.abandoned, now.skipped, now.failed), (1, 2, 1, 1));
+        assert_eq!(now.bytes_drained, 22);
+        for o in Outcome::ALL {
+            let sum: u64 = now.iter().filter(|(r, _)| r.outcome() == o).map(|(_, n)| n).sum();
+            assert_eq!(now.total(o), sum, "{o} is the sum of its reasons");
+        }
+        assert_eq!(now.iter().count(), Reason::COUNT, "iter lists zeros too");
+        let delta = now.since(&before);
+        assert_eq!((delta.drained, delta.abandoned, delta.bytes_drained), (0, 2, 12));
+        assert_eq!(delta.count(Reason::OverTime), 1);
+        assert_eq!(before.since(&now), DrainSnapshot::default(), "saturates at zero");
+        let debug = format!("{now:?}");
+        assert!(debug.contains("over_time: 1") && !debug.contains("saturated"), "{debug}");
+    }
+
+    #[test]
+    fn slots_are_capped_and_released_on_drop() {
+        let stats = DrainStats::default();
+        let a = stats.try_acquire(2).unwrap();
+        let _b = stats.try_acquire(2).unwrap();
+        assert!(stats.try_acquire(2).is_none());
+        assert_eq!(stats.snapshot().in_flight, 2);
+        drop(a);
+        assert_eq!(stats.snapshot().in_flight, 1);
     }
 }
