@@ -172,7 +172,7 @@ fn run_once(
     trace: bool,
 ) -> Result<(Outcome, Vec<OriginSnapshot>), BoxError> {
     let client = policy.client(net);
-    let stats = client.stats().cloned();
+    let layer = client.layer().cloned();
     let started = Instant::now();
     let each = |i: usize, latency: Duration, client: &BenchClient| {
         if !trace {
@@ -185,8 +185,8 @@ fn run_once(
             )
         });
         let budget = client
-            .stats()
-            .and_then(|s| s.origins().into_iter().next())
+            .layer()
+            .and_then(|l| l.origins().into_iter().next())
             .map_or_else(String::new, |o| format!(", {}", describe(&o)));
         eprintln!(
             "[{net}, {} KiB, {}, run {run}] request {i} at {} ms: {} ms, conns {}{counts}{budget}",
@@ -198,7 +198,7 @@ fn run_once(
         );
     };
     let outcome = runtimes.client.block_on(runtimes.sequential_run(net, client, case, n, each))?;
-    let origins = stats.map(|s| s.origins()).unwrap_or_default();
+    let origins = layer.map(|l| l.origins()).unwrap_or_default();
     Ok((outcome, origins))
 }
 

@@ -95,12 +95,13 @@ async fn run(label: &str, url: &Uri, n: usize, layer: DrainOnDropLayer) -> Resul
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
     let s = stats.snapshot();
+    let r = stats.reuse();
     println!("{label}");
     println!(
         "  {n} requests in {} ms, {} on a reused connection ({} connections opened)",
         elapsed.as_millis(),
-        s.reused,
-        s.connections_opened,
+        r.reused,
+        r.connections_opened,
     );
     println!(
         "  early drops: {} drained, {} abandoned, {} skipped, {} failed; {} KiB drained",

@@ -128,11 +128,15 @@ async fn main() -> Result<(), Error> {
         let read = if i % 2 == 0 { res.into_body().collect().await?.to_bytes().len() } else { 0 };
         println!("request {i}: {status}, {read} bytes read, final hop on a reused connection: {reused}");
     }
-    tokio::time::sleep(Duration::from_millis(100)).await; // let the last drain end
-    let s = stats.snapshot();
+    // Let the last drain end (each is bounded by its `max_time`) before reporting.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+    while stats.snapshot().in_flight > 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let (s, r) = (stats.snapshot(), stats.reuse());
     println!(
         "{} HTTP requests on {} connections; early drops: {} drained, {} abandoned, {} skipped, {} failed",
-        s.requests, s.connections_opened, s.drained, s.abandoned, s.skipped, s.failed
+        r.requests, r.connections_opened, s.drained, s.abandoned, s.skipped, s.failed
     );
     Ok(())
 }

@@ -199,40 +199,28 @@ impl DrainOnDropLayer {
         self.config(|c| c.stream_types = Arc::from(types))
     }
 
-    /// Switches to adaptive budgets: drain only when reading the rest is
-    /// expected to cost less than a new connection, per origin.
+    /// Switches to adaptive budgets: per origin, drain only when reading the
+    /// rest is expected to cost less than a new connection.
     ///
-    /// For each origin (scheme and authority) the layer keeps running
-    /// estimates of
-    /// - the **setup cost** of a new connection: time from the call to the
-    ///   response head on new connections minus that on reused ones (half
-    ///   the former, two thirds for `https`, until a reused connection was
-    ///   seen; the connector's own time when an [`ObserveConnector`] is
-    ///   installed). New and reused
-    ///   connections are told apart by the connection's local address in
-    ///   hyper-util's `HttpInfo` (which `HttpConnector`, and TLS connectors
-    ///   built on it, provide), or by an [`ObserveConnector`] when installed
-    ///   (a custom connector that provides neither leaves the origin on the
-    ///   fixed budgets: wrap it with [`observe`](Self::observe));
-    /// - the **throughput**: bytes per second of drains and of bodies that
-    ///   callers read to the end (transfers of 16 KiB or more).
-    ///
-    /// A drain then gets a time budget of the setup cost (times 1.0) and a
-    /// byte budget of what the throughput moves in that time (100 Mbit/s is
-    /// assumed until a throughput was measured); a body whose remaining
-    /// length is known and larger is not drained at all. Until an
-    /// origin has been seen on a new connection, the fixed budgets apply.
-    /// When the throughput estimate is more than 10 s old, the next drop
-    /// probes with the byte ceiling (still within the setup-cost time), so
-    /// an origin whose estimate stopped all drains is measured again.
+    /// For each origin (`scheme://host:port`) the layer estimates what a new
+    /// connection costs and how fast the link delivers bodies. A drain then
+    /// gets a time budget of that setup cost and a byte budget of what the
+    /// link moves in that time; a body whose remaining length is known and
+    /// larger is not drained at all (`declared_over_budget`), and an origin
+    /// where any drain costs more than a reconnect skips them
+    /// (`reconnect_cheaper`). Until an origin has been seen on a new
+    /// connection, the fixed budgets apply.
     ///
     /// [`max_bytes`](Self::max_bytes) and [`max_time`](Self::max_time), when
     /// set, are hard ceilings; otherwise the ceilings are 4 MiB and 1 s. At
     /// most 256 origins are tracked per layer, least recently used forgotten
-    /// first. Estimates are visible in [`DrainStats::origins`].
+    /// first; [`origins`](Self::origins) shows the estimates.
     ///
     /// Works on a plain `Client::builder(TokioExecutor::new()).build(connector)`
-    /// with `HttpConnector` or an HTTPS connector built on it. Default is off.
+    /// with `HttpConnector` or an HTTPS connector built on it (new and reused
+    /// connections are told apart by hyper-util's `HttpInfo`); a connector
+    /// that provides no `HttpInfo` needs [`observe`](Self::observe). Default
+    /// is off.
     ///
     /// ```
     /// # use drain_on_drop::DrainOnDropLayer;
@@ -247,8 +235,9 @@ impl DrainOnDropLayer {
     }
 
     /// Wraps a hyper-util connector in an [`ObserveConnector`] counting into
-    /// this layer's stats: `connections_opened`, and, for responses through
-    /// services built from this layer, `requests` and `reused`, plus a
+    /// this layer's [`DrainStats::reuse`]: `connections_opened`, and, for
+    /// responses through services built from this layer, `requests` and
+    /// `reused`, plus a
     /// [`ConnectionReuse`](crate::ConnectionReuse) in each response's
     /// extensions.
     pub fn observe<C>(&self, connector: C) -> ObserveConnector<C> {

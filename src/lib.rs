@@ -21,33 +21,51 @@
 //! [`DrainBody`], which forwards every frame unchanged. When a `DrainBody` is
 //! dropped before its end:
 //!
-//! 1. **Decide** (one place, `policy.rs`): no drain when draining is disabled,
-//!    when the request or response says `Connection: close` (or an HTTP/1.0
-//!    response lacks keep-alive), when the body is close-delimited (no length,
-//!    not chunked: it ends only when the server closes), when the response is
-//!    HTTP/2 or later (hyper resets the stream and the connection lives on),
-//!    when the remaining length is known and exceeds the byte budget, when no
-//!    tokio runtime was around when the response arrived, or when
+//! 1. **Decide.** No drain when draining is disabled, when the request or
+//!    response says `Connection: close` (or an HTTP/1.0 response lacks
+//!    keep-alive), when the body is close-delimited (no length, not chunked:
+//!    it ends only when the server closes), when the response is HTTP/2 or
+//!    later (hyper resets the stream and the connection lives on), when the
+//!    content type is an open-ended stream, when the remaining length is
+//!    known and exceeds the byte budget, when no tokio runtime (or its time
+//!    driver) is there to drain on, or when
 //!    [`max_concurrent_drains`](DrainOnDropLayer::max_concurrent_drains)
 //!    drains are already running. The inner body is then dropped at once, as
 //!    hyper alone would.
-//! 2. **Drain** (one place, `drain.rs`): otherwise a task is spawned on the
-//!    runtime captured when the response arrived. It reads and discards
-//!    frames (data and trailers) until the end of the body, then drops it, and
-//!    hyper-util puts the connection back in the pool. The task gives up, and
-//!    the connection is closed, when more than
-//!    [`max_bytes`](DrainOnDropLayer::max_bytes) would have to be read, when
-//!    [`max_time`](DrainOnDropLayer::max_time) has passed since the drop, or
-//!    on the first body error. Dropping never blocks and never waits.
-//! 3. **Count** (one place, `stats.rs`): every early drop lands exactly once in
-//!    [`DrainStats`] as `drained`, `abandoned`, `skipped` or `failed`, and
-//!    emits one `tracing` event at DEBUG with the outcome, the reason, the
-//!    bytes drained and the time spent.
+//! 2. **Drain.** Otherwise a task is spawned on the runtime captured when the
+//!    response arrived. It reads and discards frames (data and trailers)
+//!    until the end of the body, then drops it, and hyper-util puts the
+//!    connection back in the pool. The task gives up, and the connection is
+//!    closed, when more than [`max_bytes`](DrainOnDropLayer::max_bytes)
+//!    would have to be read, when [`max_time`](DrainOnDropLayer::max_time)
+//!    has passed since the drop, or on the first body error. Dropping never
+//!    blocks and never waits.
+//! 3. **Count.** Every early drop lands exactly once in [`DrainStats`] under
+//!    one [`Reason`], which belongs to one [`Outcome`]: drained, abandoned,
+//!    skipped or failed. It also emits one `tracing` event at DEBUG (target
+//!    `drain_on_drop`) with the outcome, the reason, the origin
+//!    (`scheme://host:port`), the status, the bytes drained and the time
+//!    spent, inside the span that was current when the request was called.
 //!
 //! A body read to its end, or already at its end (HEAD, 204, 304,
-//! `Content-Length: 0`), is never drained and costs nothing beyond the
-//! wrapper: no task, no lock, no allocation.
+//! `Content-Length: 0`), is never drained or counted and costs nothing
+//! beyond the wrapper: no task and no allocation (adaptive mode adds a few
+//! uncontended locks per request for its estimates).
 //!
+//! Stacked `DrainOnDrop` layers (the same layer twice, or two with
+//! different budgets) drain and count each early drop once: the innermost
+//! owns it, and outer ones pass its body through.
+//!
+//! # Counting and exporting
+//!
+//! Wait until [`DrainSnapshot::in_flight`] is 0, then read: every snapshot
+//! taken after one that saw `in_flight == 0` includes every drop that ended
+//! before it. [`DrainSnapshot::iter`] lists every [`Reason`] with its count,
+//! so an exporter labels a counter by `reason.outcome().as_str()` and
+//! `reason.as_str()` without naming the reasons; `examples/metrics.rs` does
+//! it with `prometheus-client`. [`DrainSnapshot::since`] gives the
+//! difference of two snapshots.
+
 //! # Why byte *and* time budgets
 //!
 //! Draining trades bytes read now for a handshake saved later. The byte
@@ -69,7 +87,8 @@
 //!   the whole time budget.
 //! - [`DrainOnDropLayer::observe`] wraps the client's connector so that every
 //!   response carries a [`ConnectionReuse`] (new or reused connection, setup
-//!   time) and the stats count `requests`, `reused` and `connections_opened`.
+//!   time) and [`DrainStats::reuse`] counts `requests`, `reused` and
+//!   `connections_opened`.
 //!
 //! [`stream_content_types`]: DrainOnDropLayer::stream_content_types
 //!
@@ -81,7 +100,7 @@
 //! [`DrainOnDropLayer::adaptive`] keeps, per origin, an estimate of what a new
 //! connection costs and of the throughput, and gives each drain a time budget
 //! of the setup cost and a byte budget of what the link moves in that time.
-//! [`DrainStats::origins`] shows the estimates and the current threshold.
+//! [`DrainOnDropLayer::origins`] shows the estimates and the current threshold.
 //!
 //! # Where the layer goes
 //!
@@ -133,9 +152,12 @@
 //!     // drained in the background, so the next request reuses the connection.
 //!     assert!(res.status().is_success());
 //! }
-//! # while stats.snapshot().in_flight > 0 { tokio::time::sleep(Duration::from_millis(1)).await }
-//! let drained = stats.snapshot().drained;
-//! assert_eq!(drained, 10);
+//! // Drains run in the background: wait for them before reading the counters.
+//! let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+//! while stats.snapshot().in_flight > 0 && tokio::time::Instant::now() < deadline {
+//!     tokio::time::sleep(Duration::from_millis(1)).await;
+//! }
+//! assert_eq!(stats.snapshot().drained, 10);
 //! # Ok(())
 //! # }
 //! ```
@@ -153,8 +175,12 @@
 //! a `max_concurrent_drains` slot; the time budget still counts from the
 //! drop. A body whose response arrived outside any runtime, or dropped after
 //! its runtime shut down, is not drained: it is dropped as hyper would and
-//! counted as skipped. A drain still running when the runtime shuts down is
-//! dropped with it and counted as abandoned.
+//! counted as skipped (`no_runtime`); so is one whose runtime has no time
+//! driver (`no_time_driver`; the first such drop on a runtime finds out, and
+//! the panic hook prints tokio's message once). A drain still running when
+//! the runtime shuts down is dropped with it and counted as abandoned
+//! (`runtime_shutdown`); a body that panics while drained is counted as
+//! failed (`body_panic`), and the panic stays in the drain task.
 //!
 //! [`Client`]: https://docs.rs/hyper-util/latest/hyper_util/client/legacy/struct.Client.html
 

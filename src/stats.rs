@@ -304,7 +304,7 @@ pub(crate) struct Report<'a> {
 
 impl Report<'_> {
     fn emit(&self) {
-        if !tracing::enabled!(tracing::Level::DEBUG) {
+        if !tracing::enabled!(target: "drain_on_drop", tracing::Level::DEBUG) {
             return;
         }
         let emit = || {
@@ -316,6 +316,7 @@ impl Report<'_> {
             };
             match self.adaptive {
                 None => tracing::debug!(
+                    target: "drain_on_drop",
                     outcome = self.reason.outcome().as_str(),
                     reason = self.reason.as_str(),
                     origin,
@@ -326,6 +327,7 @@ impl Report<'_> {
                     "{message}"
                 ),
                 Some(a) => tracing::debug!(
+                    target: "drain_on_drop",
                     outcome = self.reason.outcome().as_str(),
                     reason = self.reason.as_str(),
                     origin,

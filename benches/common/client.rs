@@ -12,7 +12,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use drain_on_drop::{DrainOnDrop, DrainOnDropLayer, DrainSnapshot, DrainStats};
+use drain_on_drop::{DrainOnDrop, DrainOnDropLayer, DrainSnapshot};
 use http::{Request, Response, Uri};
 use http_body::Body;
 use http_body_util::{BodyExt, Empty};
@@ -241,7 +241,7 @@ pub struct BenchClient {
     kind: Kind,
     svc: Svc,
     connector: CountingConnector,
-    stats: Option<DrainStats>,
+    layer: Option<DrainOnDropLayer>,
 }
 
 impl BenchClient {
@@ -264,12 +264,11 @@ impl BenchClient {
         let (svc, stats) = match layer {
             None => (Svc::Bare(client), None),
             Some(layer) => {
-                let stats = layer.stats();
-                let svc = ServiceBuilder::new().layer(layer).service(client);
-                (Svc::Layer(svc), Some(stats))
+                let svc = ServiceBuilder::new().layer(layer.clone()).service(client);
+                (Svc::Layer(svc), Some(layer))
             }
         };
-        BenchClient { kind, svc, connector, stats }
+        BenchClient { kind, svc, connector, layer: stats }
     }
 
     /// GETs `uri` and handles the body as `read` says (the read-to-end
@@ -294,12 +293,12 @@ impl BenchClient {
 
     /// The layer's counters (`None` without the layer).
     pub fn drains(&self) -> Option<DrainSnapshot> {
-        self.stats.as_ref().map(DrainStats::snapshot)
+        self.layer.as_ref().map(|l| l.stats().snapshot())
     }
 
-    /// The layer's stats handle (`None` without the layer).
-    pub fn stats(&self) -> Option<&DrainStats> {
-        self.stats.as_ref()
+    /// The layer (`None` without it): its stats and adaptive origins.
+    pub fn layer(&self) -> Option<&DrainOnDropLayer> {
+        self.layer.as_ref()
     }
 
     /// Waits until no dial and no drain is running and `accepted()` (the

@@ -1,0 +1,404 @@
+//! Counting: exact figures after `in_flight == 0`, reasons that name the real
+//! cause, one count per early drop however many layers it passed, events in
+//! the caller's span, and the metrics export.
+
+mod support;
+
+#[path = "../examples/metrics.rs"]
+#[allow(dead_code, unreachable_pub)]
+mod metrics_example;
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use drain_on_drop::{DrainOnDropLayer, Outcome, Reason};
+use http::{Request, Response};
+use http_body::{Body, Frame, SizeHint};
+use http_body_util::{BodyExt, Full};
+use tower::{Service, ServiceBuilder, ServiceExt};
+
+use support::{RawServer, Step, client, content_length, get, wait_for};
+
+const SLACK: Duration = Duration::from_secs(5);
+
+fn runtime(workers: usize) -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(workers).enable_all().build().unwrap()
+}
+
+/// An in-memory inner service answering with `len` bytes.
+fn memory_service(
+    len: usize,
+) -> impl Service<Request<()>, Response = Response<Full<Bytes>>, Error = Infallible, Future: Send> + Clone {
+    let body = Bytes::from(vec![7u8; len]);
+    tower::service_fn(move |_req: Request<()>| {
+        let body = body.clone();
+        // Framed as hyper would frame it on the wire.
+        async move {
+            Ok::<_, Infallible>(
+                Response::builder().header("content-length", len).body(Full::new(body)).unwrap(),
+            )
+        }
+    })
+}
+
+#[test]
+fn every_snapshot_after_in_flight_zero_includes_every_ended_drop() {
+    const DROPS: u64 = 20_000;
+    let rt = runtime(2);
+    let layer = DrainOnDropLayer::new();
+    let stats = layer.stats();
+    let mut svc = ServiceBuilder::new().layer(layer).service(memory_service(10));
+    let violations = rt.block_on(async {
+        let mut violations = 0u64;
+        for i in 1..=DROPS {
+            let res = svc.ready().await.unwrap().call(Request::new(())).await.unwrap();
+            // Dropped unread on this thread; the drain runs on a worker.
+            drop(res);
+            let deadline = Instant::now() + SLACK;
+            while stats.snapshot().in_flight != 0 {
+                assert!(Instant::now() < deadline, "drain {i} never ended");
+                std::hint::spin_loop();
+            }
+            let s = stats.snapshot();
+            if s.drained != i || s.bytes_drained != 10 * i {
+                violations += 1;
+            }
+        }
+        violations
+    });
+    println!("{DROPS} drops, {violations} snapshots missed a drop that had ended");
+    assert_eq!(violations, 0, "a snapshot after in_flight == 0 must include every ended drain");
+    assert_eq!(stats.snapshot().count(Reason::EndOfBody), DROPS);
+}
+
+/// Counts the panic messages containing `needle` printed from now on, for
+/// this test's runtimes (other tests' panics do not contain it).
+fn count_panics(needle: &'static str) -> Arc<AtomicUsize> {
+    let seen = Arc::new(AtomicUsize::new(0));
+    let previous = std::panic::take_hook();
+    let counter = seen.clone();
+    std::panic::set_hook(Box::new(move |info| {
+        if info.to_string().contains(needle) {
+            counter.fetch_add(1, Ordering::SeqCst);
+        }
+        previous(info);
+    }));
+    seen
+}
+
+#[test]
+fn a_runtime_without_time_driver_counts_no_time_driver_and_panics_at_most_once() {
+    let panics = count_panics("timers are disabled");
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_io().build().unwrap();
+    let layer = DrainOnDropLayer::new();
+    let stats = layer.stats();
+    let mut svc = ServiceBuilder::new().layer(layer).service(memory_service(10));
+    rt.block_on(async {
+        for i in 1..=5u64 {
+            let res = svc.ready().await.unwrap().call(Request::new(())).await.unwrap();
+            drop(res);
+            let deadline = Instant::now() + SLACK;
+            while stats.snapshot().in_flight != 0 || stats.snapshot().skipped < i {
+                assert!(Instant::now() < deadline, "drop {i} was never counted: {:?}", stats.snapshot());
+                tokio::task::yield_now().await;
+            }
+        }
+    });
+    let s = stats.snapshot();
+    assert_eq!(s.count(Reason::NoTimeDriver), 5, "{s:?}");
+    assert_eq!(s.count(Reason::RuntimeShutdown), 0, "the runtime never shut down: {s:?}");
+    assert_eq!(s.in_flight, 0);
+    assert!(panics.load(Ordering::SeqCst) <= 1, "at most one panic message per runtime");
+}
+
+/// A body with bytes left that panics when polled.
+struct PanickingBody;
+
+impl Body for PanickingBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        panic!("test body panics while drained");
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::with_exact(10)
+    }
+}
+
+#[test]
+fn a_body_that_panics_while_drained_counts_body_panic() {
+    let rt = runtime(2);
+    let layer = DrainOnDropLayer::new();
+    let stats = layer.stats();
+    let mut svc = ServiceBuilder::new().layer(layer).service(tower::service_fn(|_: Request<()>| async {
+        Ok::<_, Infallible>(Response::builder().header("content-length", 10).body(PanickingBody).unwrap())
+    }));
+    rt.block_on(async {
+        for _ in 0..3 {
+            drop(svc.ready().await.unwrap().call(Request::new(())).await.unwrap());
+        }
+        wait_for("the drains to end", SLACK, || {
+            stats.snapshot().in_flight == 0 && stats.snapshot().failed == 3
+        })
+        .await;
+    });
+    let s = stats.snapshot();
+    assert_eq!(s.count(Reason::BodyPanic), 3, "{s:?}");
+    assert_eq!(s.abandoned, 0, "a panic is not a runtime shutdown: {s:?}");
+}
+
+#[tokio::test]
+async fn a_concurrency_cap_of_zero_is_disabled_not_saturated() {
+    let layer = DrainOnDropLayer::new().max_concurrent_drains(0);
+    let stats = layer.stats();
+    let mut svc = ServiceBuilder::new().layer(layer).service(memory_service(10));
+    drop(svc.ready().await.unwrap().call(Request::new(())).await.unwrap());
+    let s = stats.snapshot();
+    assert_eq!((s.count(Reason::Disabled), s.count(Reason::Saturated), s.in_flight), (1, 0, 0), "{s:?}");
+}
+
+#[tokio::test]
+async fn the_same_layer_stacked_twice_counts_and_drains_once() {
+    let server = RawServer::start(|h| match h.path.as_str() {
+        "/big" => content_length(1, 1 << 20),
+        _ => content_length(2, 64 * 1024),
+    })
+    .await;
+    let (client, connector) = client();
+    let layer = DrainOnDropLayer::new();
+    let stats = layer.stats();
+    let mut svc = ServiceBuilder::new().layer(layer.clone()).layer(layer).service(client);
+    for _ in 0..5 {
+        drop(svc.ready().await.unwrap().call(get(server.uri("/small"))).await.unwrap());
+        wait_for("the drain to end", SLACK, || stats.snapshot().in_flight == 0).await;
+    }
+    drop(svc.ready().await.unwrap().call(get(server.uri("/big"))).await.unwrap());
+    let s = stats.snapshot();
+    assert_eq!(s.drained, 5, "five drops, five drains: {s:?}");
+    assert_eq!(s.bytes_drained, 5 * 64 * 1024, "each body read once: {s:?}");
+    assert_eq!(s.skipped, 1, "one drop over budget, counted once: {s:?}");
+    assert_eq!(s.count(Reason::DeclaredOverBudget), 1);
+    assert_eq!(server.accepted(), 1, "five drained bodies on one connection");
+    wait_for("the skipped body's connection to close", SLACK, || server.open.load(Ordering::SeqCst) == 0)
+        .await;
+    assert_eq!(connector.count(), server.accepted());
+}
+
+#[tokio::test]
+async fn with_two_layers_the_innermost_owns_the_drain_and_its_budget() {
+    let server = RawServer::start(|_| {
+        let mut steps = content_length(3, 1000);
+        // Head and 500 bytes, then a stall: only the time budget ends the drain.
+        let Step::Write(bytes) = steps.remove(0) else { unreachable!() };
+        let cut = bytes.len() - 500;
+        vec![Step::Write(bytes[..cut].to_vec()), Step::Hang]
+    })
+    .await;
+    let (client, _) = client();
+    let (outer, inner) = (
+        DrainOnDropLayer::new().max_time(Duration::from_millis(200)),
+        DrainOnDropLayer::new().max_time(Duration::from_millis(200)),
+    );
+    let (outer_stats, inner_stats) = (outer.stats(), inner.stats());
+    let mut svc = ServiceBuilder::new().layer(outer).layer(inner).service(client);
+    let res = svc.ready().await.unwrap().call(get(server.uri("/"))).await.unwrap();
+    let dropped = Instant::now();
+    drop(res);
+    wait_for("the server to see the connection closed", SLACK, || server.open.load(Ordering::SeqCst) == 0)
+        .await;
+    let held = dropped.elapsed();
+    println!("connection held {held:?} after the drop (one 200 ms drain)");
+    let (o, i) = (outer_stats.snapshot(), inner_stats.snapshot());
+    assert_eq!(o, drain_on_drop::DrainSnapshot::default(), "the outer layer passes the body through: {o:?}");
+    assert_eq!((i.count(Reason::OverTime), i.abandoned, i.in_flight), (1, 1, 0), "{i:?}");
+    assert!(held >= Duration::from_millis(200), "the drain keeps its time budget: {held:?}");
+    assert!(held < Duration::from_millis(400), "one drain, not two in a row: {held:?}");
+}
+
+/// One event as a capturing subscriber saw it.
+#[derive(Clone, Debug, Default)]
+struct Captured {
+    fields: HashMap<String, String>,
+    /// Names of the spans the event was in, innermost first.
+    spans: Vec<String>,
+    /// Fields of those spans, joined.
+    span_fields: String,
+}
+
+#[derive(Clone, Default)]
+struct Capture(Arc<Mutex<Vec<Captured>>>);
+
+struct Visitor<'a>(&'a mut HashMap<String, String>);
+
+impl tracing::field::Visit for Visitor<'_> {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        self.0.insert(field.name().to_string(), format!("{value:?}"));
+    }
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        self.0.insert(field.name().to_string(), value.to_string());
+    }
+}
+
+/// The fields of a span, kept in its extensions.
+struct SpanFields(String);
+
+impl<S> tracing_subscriber::Layer<S> for Capture
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    fn on_new_span(
+        &self,
+        attrs: &tracing::span::Attributes<'_>,
+        id: &tracing::span::Id,
+        ctx: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        let mut fields = HashMap::new();
+        attrs.record(&mut Visitor(&mut fields));
+        let mut text: Vec<_> = fields.into_iter().map(|(k, v)| format!("{k}={v}")).collect();
+        text.sort();
+        ctx.span(id).unwrap().extensions_mut().insert(SpanFields(text.join(" ")));
+    }
+
+    fn on_event(&self, event: &tracing::Event<'_>, ctx: tracing_subscriber::layer::Context<'_, S>) {
+        if event.metadata().target() != "drain_on_drop" {
+            return;
+        }
+        let mut captured = Captured::default();
+        event.record(&mut Visitor(&mut captured.fields));
+        if let Some(scope) = ctx.event_scope(event) {
+            for span in scope {
+                captured.spans.push(span.name().to_string());
+                if let Some(f) = span.extensions().get::<SpanFields>() {
+                    captured.span_fields.push_str(&f.0);
+                    captured.span_fields.push(' ');
+                }
+            }
+        }
+        self.0.lock().unwrap().push(captured);
+    }
+}
+
+#[test]
+fn drop_events_are_emitted_in_the_request_span_with_origin_and_status() {
+    use tracing_subscriber::layer::SubscriberExt;
+
+    let capture = Capture::default();
+    let subscriber = tracing_subscriber::registry().with(capture.clone());
+    let _guard = tracing::subscriber::set_default(subscriber);
+    // Current thread: the drain task runs on this thread, under this subscriber.
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let port = rt.block_on(async {
+        let server = RawServer::start(|h| match h.path.as_str() {
+            "/big" => content_length(1, 1 << 20),
+            _ => content_length(2, 1000),
+        })
+        .await;
+        let (client, _) = client();
+        let layer = DrainOnDropLayer::new();
+        let stats = layer.stats();
+        let mut svc = ServiceBuilder::new()
+            .layer(tower_http::trace::TraceLayer::new_for_http())
+            .layer(layer)
+            .service(client);
+        let port = server.addr.port();
+        // Userinfo in the URI must not reach the event.
+        let with_userinfo = |path: &str| format!("http://alice:secret@127.0.0.1:{port}{path}");
+        let small = http::Request::get(with_userinfo("/small")).body(http_body_util::Empty::new()).unwrap();
+        let res = svc.ready().await.unwrap().call(small).await.unwrap();
+        drop(res);
+        wait_for("the drain to end", SLACK, || {
+            stats.snapshot().drained == 1 && stats.snapshot().in_flight == 0
+        })
+        .await;
+        let big = http::Request::get(with_userinfo("/big")).body(http_body_util::Empty::new()).unwrap();
+        let mut res = svc.ready().await.unwrap().call(big).await.unwrap();
+        let _ = res.body_mut().frame().await;
+        drop(res);
+        assert_eq!(stats.snapshot().skipped, 1);
+        port
+    });
+    let events = capture.0.lock().unwrap().clone();
+    assert_eq!(events.len(), 2, "one event per early drop: {events:#?}");
+    let origin = format!("http://127.0.0.1:{port}");
+    for (event, (outcome, reason)) in
+        events.iter().zip([("drained", "end_of_body"), ("skipped", "declared_over_budget")])
+    {
+        assert_eq!(event.fields["outcome"], outcome, "{event:#?}");
+        assert_eq!(event.fields["reason"], reason, "{event:#?}");
+        assert_eq!(event.fields["status"], "200", "{event:#?}");
+        assert_eq!(event.fields["origin"], origin, "scheme://host:port: {event:#?}");
+        assert!(
+            event.spans.first().is_some_and(|s| s == "request"),
+            "in TraceLayer's request span: {event:#?}"
+        );
+        assert!(event.span_fields.contains("method=GET"), "{event:#?}");
+        let all = format!("{:?}", event.fields);
+        assert!(!all.contains("secret") && !all.contains("alice"), "no userinfo in the event: {all}");
+    }
+    assert!(events[1].fields.contains_key("caller_read"));
+}
+
+#[tokio::test]
+async fn layer_and_stats_debug_output_carries_no_credentials() {
+    let server = RawServer::start(|_| content_length(4, 100)).await;
+    let (client, _) = client();
+    let layer = DrainOnDropLayer::new().adaptive();
+    let mut svc = ServiceBuilder::new().layer(layer.clone()).service(client);
+    let uri = format!("http://alice:secret@{}/x", server.addr);
+    let res = svc.ready().await.unwrap().call(get(uri.parse().unwrap())).await.unwrap();
+    drop(res);
+    let text = format!("{layer:?} {svc:?} {:?} {:?}", layer.stats(), layer.origins());
+    assert!(!text.contains("secret") && !text.contains("alice"), "{text}");
+    let origins = layer.origins();
+    assert_eq!(origins.len(), 1);
+    assert_eq!(origins[0].origin, format!("http://{}", server.addr), "scheme://host:port");
+}
+
+#[tokio::test]
+async fn the_metrics_example_exports_every_reason_with_its_count() {
+    let server = RawServer::start(|h| match h.path.as_str() {
+        "/big" => content_length(1, 1 << 20),
+        _ => content_length(2, 1000),
+    })
+    .await;
+    let (client, _) = client();
+    let layer = DrainOnDropLayer::new();
+    let registry = metrics_example::registry(layer.stats());
+    let mut svc = ServiceBuilder::new().layer(layer.clone()).service(client);
+    for path in ["/a", "/b", "/c", "/big"] {
+        drop(svc.ready().await.unwrap().call(get(server.uri(path))).await.unwrap());
+    }
+    let stats = layer.stats();
+    wait_for("the drains to end", SLACK, || stats.snapshot().in_flight == 0).await;
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    let line = |outcome: &str, reason: &str| {
+        format!("drain_on_drop_early_drops_total{{outcome=\"{outcome}\",reason=\"{reason}\"}} ")
+    };
+    let value = |outcome: &str, reason: &str| -> u64 {
+        let prefix = line(outcome, reason);
+        let l =
+            text.lines().find(|l| l.starts_with(&prefix)).unwrap_or_else(|| panic!("no {prefix} in\n{text}"));
+        l[prefix.len()..].parse().unwrap()
+    };
+    assert_eq!(value("drained", "end_of_body"), 3, "{text}");
+    assert_eq!(value("skipped", "declared_over_budget"), 1, "{text}");
+    assert_eq!(value("abandoned", "over_time"), 0, "{text}");
+    for reason in Reason::ALL {
+        value(reason.outcome().as_str(), reason.as_str());
+    }
+    assert!(text.contains("drain_on_drop_drained_bytes_total 3000"), "{text}");
+    let exported: u64 = Outcome::ALL.iter().map(|&o| stats.snapshot().total(o)).sum();
+    assert_eq!(exported, 4);
+}
