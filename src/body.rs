@@ -166,7 +166,7 @@ where
         .map(|o| o.view(adaptive_budget));
     match (decision, handle) {
         (Decision::Drain(allowance, slot), Some(handle)) => {
-            drain::spawn(&handle, inner, allowance, slot, ctx, view)
+            drain::start(&handle, inner, allowance, slot, ctx, view)
         }
         (Decision::Skip(reason), _) => {
             drop(inner);

@@ -2,9 +2,9 @@
 //! its end, within its allowance, then drops it.
 
 use std::future::{Future, poll_fn};
-use std::panic::catch_unwind;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::{Pin, pin};
-use std::task::{Context, Poll, ready};
+use std::task::{Context, Poll, Waker, ready};
 use std::time::Instant;
 
 use bytes::Buf;
@@ -19,12 +19,15 @@ use crate::outcome::Reason;
 use crate::policy;
 use crate::stats::{AdaptiveView, Slot};
 
-/// Drains `body` within `allowance` on a task spawned on `handle`.
+/// Drains `body` within `allowance`: at once, with what is already there,
+/// when the drop happens on the runtime that will drain it; then, if the
+/// body has to wait for the server, on a task spawned on `handle`.
 ///
-/// Never blocks. If the runtime is shutting down the task is dropped
-/// unpolled, which drops the body (hyper closes the connection) and counts
-/// the drop as the policy says ([`policy::unfinished`]).
-pub(crate) fn spawn<B>(
+/// Never blocks: the first step reads only frames that are ready. If the
+/// runtime is shutting down the task is dropped unpolled, which drops the
+/// body (hyper closes the connection) and counts the drop as the policy says
+/// ([`policy::unfinished`]).
+pub(crate) fn start<B>(
     handle: &Handle,
     body: B,
     allowance: Allowance,
@@ -42,9 +45,28 @@ pub(crate) fn spawn<B>(
         view,
         draining,
         bytes: 0,
+        crossed: false,
         started: Instant::now(),
         polled: false,
     };
+    // On the drain's own runtime (so it is alive), a body whose rest is
+    // already buffered ends here: no task, no timer, one hop less before
+    // hyper can pool the connection.
+    // A panic of the body stays here, as it would in the task.
+    let on_its_runtime = Handle::try_current().is_ok_and(|current| current.id() == handle.id());
+    if on_its_runtime && !std::thread::panicking() {
+        let mut cx = Context::from_waker(Waker::noop());
+        let first = catch_unwind(AssertUnwindSafe(|| task.poll_drain(&mut cx, allowance, None)));
+        let reason = match first {
+            Ok(Poll::Pending) => None,
+            Ok(Poll::Ready(reason)) => Some(reason),
+            Err(_) => Some(policy::unfinished(true, true)),
+        };
+        if let Some(reason) = reason {
+            task.polled = true;
+            return task.finish(reason);
+        }
+    }
     // The join handle is dropped: the task is detached and ends by itself at
     // the end of the body, on the first error, or at the deadline.
     drop(handle.spawn(async move {
@@ -66,6 +88,9 @@ struct Drain<B> {
     draining: Option<Draining>,
     /// Data bytes read so far.
     bytes: u64,
+    /// A data frame took `bytes` past the allowance: one more frame is read
+    /// to see whether the body ends there.
+    crossed: bool,
     started: Instant,
     polled: bool,
 }
@@ -92,9 +117,13 @@ where
     }
 
     /// Reads and discards the frames of the body that are ready, until its
-    /// end, an error, the deadline, or until more than the allowance of data
-    /// bytes would have been read. `Pending` when the body waits for the
-    /// server, or after [`FRAMES_PER_POLL`] frames to let other tasks run.
+    /// end, an error, the deadline, or the byte allowance: a body whose known
+    /// remaining length exceeds what is left is given up at once; one of
+    /// unknown length is read one frame past the allowance, and then one more
+    /// frame to see whether the body ends there (only its end marker or
+    /// trailers left: drained), else given up. `Pending` when the body waits
+    /// for the server, or after [`FRAMES_PER_POLL`] frames to let other tasks
+    /// run.
     fn poll_drain(
         &mut self,
         cx: &mut Context<'_>,
@@ -121,14 +150,19 @@ where
                 Poll::Ready(Some(Ok(frame))) => frame,
             };
             // Trailers carry no data bytes; they are read and dropped like data.
-            if let Some(data) = frame.data_ref() {
-                self.bytes = self.bytes.saturating_add(data.remaining() as u64);
-            }
-            let left = allowance.max_bytes.saturating_sub(self.bytes);
-            // Over budget already, or the rest is known to be longer than what is left.
-            if self.bytes > allowance.max_bytes || body.size_hint().lower() > left {
+            let Some(data) = frame.data_ref() else { continue };
+            let len = data.remaining() as u64;
+            self.bytes = self.bytes.saturating_add(len);
+            if self.crossed && len > 0 {
+                // More data after the crossing frame: the body really is larger.
                 return Poll::Ready(Reason::OverBytes);
             }
+            let left = allowance.max_bytes.saturating_sub(self.bytes);
+            // The rest is known to be longer than what is left.
+            if body.size_hint().lower() > left {
+                return Poll::Ready(Reason::OverBytes);
+            }
+            self.crossed = self.bytes > allowance.max_bytes;
         }
         // A body that always has a frame ready never lets the timer fire.
         if allowance.deadline.is_some_and(|at| tokio::time::Instant::now() >= at) {

@@ -113,14 +113,23 @@ impl DrainOnDropLayer {
         self
     }
 
-    /// Byte budget: the data bytes one drain may read. A body whose
-    /// remaining length is known and larger is not drained at all; a body of
-    /// unknown length that turns out larger is abandoned at the first frame
-    /// that crosses the budget (so a drain reads at most one of hyper's
-    /// frames past it: a chunk, or one read of hyper's buffer). Either way
-    /// the body is dropped and hyper closes that connection, unless what is
-    /// left is already in its buffer (then hyper's own read at the drop
-    /// finishes the body and the connection is pooled).
+    /// Byte budget: the data bytes one drain may read.
+    ///
+    /// A body whose remaining length is known (`Content-Length`) and larger
+    /// is not drained at all (`declared_over_budget`: zero bytes read). A
+    /// body of unknown length (chunked) is read until a frame takes the drain
+    /// past the budget; it then reads one more frame to see whether the body
+    /// ends there. If only the end marker or trailers were left, the body is
+    /// drained (`end_of_body`) and the connection reused: the drain finishes
+    /// what it paid for. Otherwise it is abandoned (`over_bytes`). So a drain
+    /// reads at most `max_bytes` plus two of hyper's frames (a frame is one
+    /// chunk, or what one read of hyper's buffer holds of it; with 16 KiB
+    /// chunks, at most `max_bytes + 32 KiB`), all within `max_time`.
+    ///
+    /// An abandoned body is dropped, and hyper closes the connection unless
+    /// the rest of the body is already in its buffer: then hyper's own read
+    /// at the drop finishes it and the connection is pooled although the
+    /// drop counts as `abandoned` (the layer cannot see hyper's buffer).
     ///
     /// `0` disables draining. Default is 256 KiB (262,144 bytes).
     ///

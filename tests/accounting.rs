@@ -53,12 +53,13 @@ fn every_snapshot_after_in_flight_zero_includes_every_ended_drop() {
     let rt = runtime(2);
     let layer = DrainOnDropLayer::new();
     let stats = layer.stats();
-    let mut svc = ServiceBuilder::new().layer(layer).service(memory_service(10));
+    // The body is not ready at the drop: every drain runs on a worker thread.
+    let mut svc = ServiceBuilder::new().layer(layer).service(late_service());
     let violations = rt.block_on(async {
         let mut violations = 0u64;
         for i in 1..=DROPS {
             let res = svc.ready().await.unwrap().call(Request::new(())).await.unwrap();
-            // Dropped unread on this thread; the drain runs on a worker.
+            // Dropped unread on this thread; the drain ends on a worker.
             drop(res);
             let deadline = Instant::now() + SLACK;
             while stats.snapshot().in_flight != 0 {
@@ -92,13 +93,53 @@ fn count_panics(needle: &'static str) -> Arc<AtomicUsize> {
     seen
 }
 
+/// 10 bytes that are not there at the first poll: a drain has to wait, so
+/// it runs on a task, not in the drop.
+struct LateBody(u8);
+
+impl Body for LateBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        self.0 += 1;
+        match self.0 {
+            1 => {
+                cx.waker().wake_by_ref();
+                Poll::Pending
+            }
+            2 => Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(b"0123456789"))))),
+            _ => Poll::Ready(None),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::with_exact(if self.0 < 2 { 10 } else { 0 })
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.0 >= 2
+    }
+}
+
+/// An in-memory inner service answering with a [`LateBody`].
+fn late_service()
+-> impl Service<Request<()>, Response = Response<LateBody>, Error = Infallible, Future: Send> + Clone {
+    tower::service_fn(|_: Request<()>| async {
+        Ok::<_, Infallible>(Response::builder().header("content-length", 10).body(LateBody(0)).unwrap())
+    })
+}
+
 #[test]
 fn a_runtime_without_time_driver_counts_no_time_driver_and_panics_at_most_once() {
     let panics = count_panics("timers are disabled");
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_io().build().unwrap();
     let layer = DrainOnDropLayer::new();
     let stats = layer.stats();
-    let mut svc = ServiceBuilder::new().layer(layer).service(memory_service(10));
+    let mut svc = ServiceBuilder::new().layer(layer).service(late_service());
     rt.block_on(async {
         for i in 1..=5u64 {
             let res = svc.ready().await.unwrap().call(Request::new(())).await.unwrap();

@@ -1,0 +1,94 @@
+//! A drain that crosses its byte budget still takes the end of the body when
+//! only the end marker (or trailers) is left, and reads no more than
+//! `max_bytes` plus two frames when the body really is larger.
+
+mod support;
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use drain_on_drop::{DrainOnDropLayer, Reason};
+use tower::{Service, ServiceBuilder, ServiceExt};
+
+use support::{RawServer, Step, client, get, wait_for};
+
+const KIB: usize = 1024;
+const SLACK: Duration = Duration::from_secs(5);
+
+/// uvicorn's (h11's) pattern: data in 16 KiB chunks, then the final
+/// `0\r\n\r\n` in a separate, later write.
+fn asgi_style(len: usize, terminator_after: Duration) -> Vec<Step> {
+    vec![
+        Step::Write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n".to_vec()),
+        Step::Chunks { seed: 1, len, chunk: 16 * KIB },
+        Step::Sleep(terminator_after),
+        Step::Write(b"0\r\n\r\n".to_vec()),
+    ]
+}
+
+#[tokio::test]
+async fn a_chunked_body_just_over_the_budget_whose_end_marker_comes_late_is_drained_and_reused() {
+    let server = RawServer::start(|_| asgi_style(257 * KIB, Duration::from_millis(5))).await;
+    let (client, connector) = client();
+    let layer = DrainOnDropLayer::new();
+    let stats = layer.stats();
+    let mut svc = ServiceBuilder::new().layer(layer).service(client);
+    for _ in 0..20 {
+        drop(svc.ready().await.unwrap().call(get(server.uri("/"))).await.unwrap());
+        wait_for("the drain to end", SLACK, || stats.snapshot().in_flight == 0).await;
+    }
+    let s = stats.snapshot();
+    assert_eq!(s.count(Reason::EndOfBody), 20, "only the end marker was missing: {s:?}");
+    assert_eq!(s.bytes_drained, 20 * 257 * KIB as u64, "{s:?}");
+    assert!(
+        server.accepted() <= 2,
+        "drained bodies reuse their connection: {} connections",
+        server.accepted()
+    );
+    assert_eq!(connector.count(), server.accepted());
+}
+
+#[tokio::test]
+async fn trailers_after_the_crossing_frame_are_drained() {
+    let server = RawServer::start(|_| {
+        vec![
+            Step::Write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n".to_vec()),
+            Step::Chunks { seed: 2, len: 20 * KIB, chunk: 16 * KIB },
+            Step::Sleep(Duration::from_millis(5)),
+            Step::Write(b"0\r\nx-checksum: 1\r\n\r\n".to_vec()),
+        ]
+    })
+    .await;
+    let (client, _) = client();
+    let layer = DrainOnDropLayer::new().max_bytes(16 * KIB as u64);
+    let stats = layer.stats();
+    let mut svc = ServiceBuilder::new().layer(layer).service(client);
+    for _ in 0..5 {
+        drop(svc.ready().await.unwrap().call(get(server.uri("/"))).await.unwrap());
+        wait_for("the drain to end", SLACK, || stats.snapshot().in_flight == 0).await;
+    }
+    let s = stats.snapshot();
+    assert_eq!(s.count(Reason::EndOfBody), 5, "{s:?}");
+    assert_eq!(server.accepted(), 1);
+}
+
+#[tokio::test]
+async fn a_larger_chunked_body_is_abandoned_within_the_budget_plus_two_frames() {
+    let server = RawServer::start(|_| asgi_style(1024 * KIB, Duration::ZERO)).await;
+    let (client, _) = client();
+    let layer = DrainOnDropLayer::new().max_time(Duration::from_secs(5));
+    let stats = layer.stats();
+    let mut svc = ServiceBuilder::new().layer(layer).service(client);
+    for _ in 0..5 {
+        drop(svc.ready().await.unwrap().call(get(server.uri("/"))).await.unwrap());
+        wait_for("the drain to end", SLACK, || stats.snapshot().in_flight == 0).await;
+    }
+    let s = stats.snapshot();
+    assert_eq!(s.count(Reason::OverBytes), 5, "{s:?}");
+    let bound = 5 * (256 + 2 * 16) * KIB as u64;
+    assert!(s.bytes_drained <= bound, "at most the budget plus two 16 KiB frames each: {s:?}");
+    assert!(s.bytes_drained > 5 * 256 * KIB as u64, "read up to the budget: {s:?}");
+    wait_for("the server to see its connections closed", SLACK, || server.open.load(Ordering::SeqCst) == 0)
+        .await;
+    assert_eq!(server.accepted(), 5, "abandoned bodies cost their connection");
+}
