@@ -1,0 +1,73 @@
+//! reqwest with the drain: reqwest hides its hyper stack, so the layer
+//! cannot go around its client; `DrainOnDropLayer::wrap_response` puts the
+//! drain on each response instead, and the response goes back to being a
+//! `reqwest::Response` (`.text()`, `.json()`, `error_for_status()` keep
+//! working).
+//!
+//! ```text
+//! cargo run --example reqwest
+//! ```
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use bytes::Bytes;
+use drain_on_drop::DrainOnDropLayer;
+use http_body_util::Full;
+use hyper_util::rt::TokioIo;
+use reqwest::ResponseBuilderExt;
+
+/// Sends `req` with reqwest and returns its response with the drain on its
+/// body: dropped before its end, the body is drained in the background and
+/// reqwest's pool keeps the connection.
+pub async fn send(layer: &DrainOnDropLayer, req: reqwest::RequestBuilder) -> reqwest::Result<reqwest::Response> {
+    let res = req.send().await?;
+    let url = res.url().clone();
+    let mut res = layer.wrap_response(http::Response::from(res)).map(reqwest::Body::wrap);
+    // The conversion back reads `Response::url()` from the extensions.
+    let (with_url, ()) = http::Response::builder().url(url).body(()).expect("an empty response").into_parts();
+    res.extensions_mut().extend(with_url.extensions);
+    Ok(reqwest::Response::from(res))
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    // A local server answering every request with 64 KiB, counting connections.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}/", listener.local_addr()?);
+    let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = accepted.clone();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let service = hyper::service::service_fn(|_| async {
+                Ok::<_, Infallible>(http::Response::new(Full::new(Bytes::from(vec![b'x'; 64 * 1024]))))
+            });
+            let conn = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service);
+            tokio::spawn(conn);
+        }
+    });
+
+    let client = reqwest::Client::new();
+    let layer = DrainOnDropLayer::new();
+    for i in 0..20 {
+        let res = send(&layer, client.get(&url)).await?.error_for_status()?;
+        if i == 0 {
+            println!("first response: {} bytes read with .bytes()", res.bytes().await?.len());
+        }
+        // The others are dropped unread: only the status mattered.
+    }
+    let stats = layer.stats();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while stats.snapshot().in_flight > 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let s = stats.snapshot();
+    println!(
+        "20 requests on {} connections; {} bodies drained, {} skipped",
+        accepted.load(std::sync::atomic::Ordering::SeqCst),
+        s.drained,
+        s.skipped
+    );
+    Ok(())
+}
