@@ -103,6 +103,6 @@ impl RequestInfo {
     pub(crate) fn none(shared: Arc<Shared>) -> Self {
         let trace = tracing::enabled!(target: "drain_on_drop", tracing::Level::DEBUG)
             .then(|| Box::new(Trace { span: tracing::Span::current(), origin: String::new() }));
-        RequestInfo { shared, says: RequestSays::default(), budget: None, trace, sent: None }
+        RequestInfo { shared, says: RequestSays::unknown(), budget: None, trace, sent: None }
     }
 }

@@ -271,7 +271,11 @@ impl DrainOnDropLayer {
     /// "Using reqwest"). The body is drained on an early drop with this
     /// layer's budgets, rules and counters, minus what only the request
     /// could say: a request's `Connection: close` or [`DrainBudget`], and
-    /// adaptive estimates (the fixed budgets apply). Must be called inside
+    /// adaptive estimates (the fixed budgets apply). Its headers are not
+    /// trusted to describe the wire framing (reqwest removes
+    /// `Content-Length` from bodies it decompresses), so a body without
+    /// `Content-Length` or chunking is drained within the budgets rather
+    /// than skipped as close-delimited. Must be called inside
     /// the tokio runtime that should run the drain, as the layer's own
     /// responses are.
     ///

@@ -27,11 +27,21 @@ use crate::stats::Slot;
 pub(crate) struct RequestSays {
     /// The request carries `Connection: close`.
     pub(crate) close: bool,
+    /// The response did not come from the client below the layer (see
+    /// `wrap_response`): its headers may no longer describe the wire framing
+    /// (reqwest removes `Content-Length` from bodies it decompresses), so
+    /// the body is not taken for close-delimited.
+    pub(crate) framing_unknown: bool,
 }
 
 impl RequestSays {
     pub(crate) fn read(headers: &HeaderMap) -> Self {
-        RequestSays { close: !headers.is_empty() && has_token(headers, "close") }
+        RequestSays { close: !headers.is_empty() && has_token(headers, "close"), framing_unknown: false }
+    }
+
+    /// For a response that came without its request.
+    pub(crate) fn unknown() -> Self {
+        RequestSays { close: false, framing_unknown: true }
     }
 }
 
@@ -60,7 +70,7 @@ pub(crate) fn inspect(
     } else {
         headers.contains_key(CONTENT_LENGTH)
     };
-    if !framed {
+    if !framed && !request.framing_unknown {
         return Some(Reason::CloseDelimited);
     }
     if is_stream(config, headers) {
@@ -222,7 +232,7 @@ mod tests {
     use http::HeaderValue;
 
     fn inspect(request_close: bool, version: Version, headers: &HeaderMap) -> Option<Reason> {
-        super::inspect(&Config::default(), RequestSays { close: request_close }, version, headers)
+        super::inspect(&Config::default(), RequestSays { close: request_close, framing_unknown: false }, version, headers)
     }
 
     fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
