@@ -56,7 +56,7 @@ printf '%s\n' "$code" >"$scratch/src/main.rs"
 # The repository's lock: the same versions as every other CI step, all of
 # them already downloaded, so the build needs no network.
 cp "$repo/Cargo.lock" "$scratch/Cargo.lock"
-cargo fetch --locked --manifest-path "$repo/Cargo.toml" --quiet
+cargo fetch --locked --manifest-path "$repo/Cargo.toml" --target "$(rustc -vV | sed -n "s/^host: //p")" --quiet
 
 echo "quickstart: README dependencies:"
 sed 's/^/    /' "$scratch/Cargo.toml" | sed -n '/^    \[dependencies\]/,$p'
