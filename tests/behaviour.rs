@@ -320,7 +320,7 @@ async fn fully_read_bodies_arrive_intact_between_drained_ones() {
     let server = RawServer::start(|head| {
         let len = query(&head.path, "len").unwrap() as usize;
         let seed = query(&head.path, "seed").unwrap();
-        if seed % 2 == 0 { content_length(seed, len) } else { chunked(seed, len, 777) }
+        if seed.is_multiple_of(2) { content_length(seed, len) } else { chunked(seed, len, 777) }
     })
     .await;
     let (client, connector) = client();
