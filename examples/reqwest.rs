@@ -20,7 +20,10 @@ use reqwest::ResponseBuilderExt;
 /// Sends `req` with reqwest and returns its response with the drain on its
 /// body: dropped before its end, the body is drained in the background and
 /// reqwest's pool keeps the connection.
-pub async fn send(layer: &DrainOnDropLayer, req: reqwest::RequestBuilder) -> reqwest::Result<reqwest::Response> {
+pub async fn send(
+    layer: &DrainOnDropLayer,
+    req: reqwest::RequestBuilder,
+) -> reqwest::Result<reqwest::Response> {
     let res = req.send().await?;
     let url = res.url().clone();
     let mut res = layer.wrap_response(http::Response::from(res)).map(reqwest::Body::wrap);
@@ -43,7 +46,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
             let service = hyper::service::service_fn(|_| async {
                 Ok::<_, Infallible>(http::Response::new(Full::new(Bytes::from(vec![b'x'; 64 * 1024]))))
             });
-            let conn = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service);
+            let conn =
+                hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service);
             tokio::spawn(conn);
         }
     });

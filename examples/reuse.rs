@@ -2,12 +2,14 @@
 //! `DrainOnDropLayer`, counting the connections the client opens.
 //!
 //! ```text
-//! cargo run --example reuse                       # built-in local server, 64 KiB bodies
-//! cargo run --example reuse -- --size 16384 --n 500
-//! cargo run --example reuse -- --url http://127.0.0.1:8080/big
+//! cargo run --example reuse                                  # built-in local server, 64 KiB bodies
+//! cargo run --example reuse -- -size 16384 -n 500
+//! cargo run --example reuse -- -url https://example.com/ -n 20
+//! cargo run --example reuse -- -url https://example.com/ -max-bytes 1048576 -max-time 300ms
 //! ```
 //!
-//! `--url` takes a plain `http://` HTTP/1 endpoint.
+//! `-url` takes `http://` and `https://` (rustls with the webpki roots);
+//! flags take one dash or two, as Go's do.
 
 use std::convert::Infallible;
 use std::time::{Duration, Instant};
@@ -27,22 +29,50 @@ struct Args {
     url: Option<Uri>,
     n: usize,
     size: usize,
+    max_bytes: Option<u64>,
+    max_time: Option<Duration>,
+}
+
+const USAGE: &str = "usage: reuse [-url http(s)://host/path] [-n REQUESTS] [-size BODY_BYTES] \
+[-max-bytes BYTES] [-max-time 50ms|1s]";
+
+/// `50ms`, `1s`, `1.5s` or plain milliseconds.
+fn parse_duration(v: &str) -> Result<Duration, Error> {
+    let (number, unit) = match v.find(|c: char| c.is_ascii_alphabetic()) {
+        Some(i) => v.split_at(i),
+        None => (v, "ms"),
+    };
+    let n: f64 = number.parse()?;
+    let secs = match unit {
+        "ms" => n / 1000.0,
+        "s" => n,
+        other => return Err(format!("unknown unit {other:?} in {v:?} (use ms or s)").into()),
+    };
+    Ok(Duration::from_secs_f64(secs))
 }
 
 fn parse_args() -> Result<Args, Error> {
-    let mut args = Args { url: None, n: 100, size: 64 * 1024 };
+    let mut args = Args { url: None, n: 100, size: 64 * 1024, max_bytes: None, max_time: None };
     let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
+    while let Some(arg) = it.next() {
+        // `-flag value`, `--flag value`, `-flag=value`.
+        let (flag, inline) = match arg.trim_start_matches('-').split_once('=') {
+            Some((f, v)) => (f.to_string(), Some(v.to_string())),
+            None => (arg.trim_start_matches('-').to_string(), None),
+        };
+        let mut value =
+            || inline.clone().or_else(|| it.next()).ok_or_else(|| format!("-{flag} needs a value"));
         match flag.as_str() {
-            "--url" => args.url = Some(value()?.parse()?),
-            "--n" => args.n = value()?.parse()?,
-            "--size" => args.size = value()?.parse()?,
-            "-h" | "--help" => {
-                println!("usage: reuse [--url http://host:port/path] [--n REQUESTS] [--size BODY_BYTES]");
+            "url" => args.url = Some(value()?.parse()?),
+            "n" => args.n = value()?.parse()?,
+            "size" => args.size = value()?.parse()?,
+            "max-bytes" => args.max_bytes = Some(value()?.parse()?),
+            "max-time" => args.max_time = Some(parse_duration(&value()?)?),
+            "h" | "help" => {
+                println!("{USAGE}");
                 std::process::exit(0);
             }
-            other => return Err(format!("unknown argument {other} (try --help)").into()),
+            _ => return Err(format!("unknown argument {arg} ({USAGE})").into()),
         }
     }
     Ok(args)
@@ -73,9 +103,16 @@ async fn local_server(size: usize) -> Result<Uri, Error> {
 async fn run(label: &str, url: &Uri, n: usize, layer: DrainOnDropLayer) -> Result<(), Error> {
     let mut http = HttpConnector::new();
     http.set_nodelay(true);
+    http.enforce_http(false);
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_webpki_roots()
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(http);
     // The observer counts connections into the layer's stats and tells each
-    // response whether its connection was new or reused.
-    let connector = layer.observe(http);
+    // response whether its connection was new or reused. Around the TLS
+    // connector, its setup time includes the TLS handshake.
+    let connector = layer.observe(https);
     let client = Client::builder(TokioExecutor::new()).build::<_, Empty<Bytes>>(connector);
     let stats = layer.stats();
     let mut svc = ServiceBuilder::new().layer(layer).service(client);
@@ -91,7 +128,8 @@ async fn run(label: &str, url: &Uri, n: usize, layer: DrainOnDropLayer) -> Resul
     }
     let elapsed = start.elapsed();
     // Let the last drain end (each is bounded by `max_time`) before reporting.
-    while stats.snapshot().in_flight > 0 && start.elapsed() < elapsed + Duration::from_secs(1) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while stats.snapshot().in_flight > 0 && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
     let s = stats.snapshot();
@@ -111,6 +149,9 @@ async fn run(label: &str, url: &Uri, n: usize, layer: DrainOnDropLayer) -> Resul
         s.failed,
         s.bytes_drained / 1024
     );
+    for (reason, count) in s.iter().filter(|(_, count)| *count > 0) {
+        println!("    {:<9} {:<22} {count}", reason.outcome().as_str(), reason.as_str());
+    }
     Ok(())
 }
 
@@ -132,6 +173,19 @@ async fn main() -> Result<(), Error> {
         DrainOnDropLayer::new().max_bytes(0),
     )
     .await?;
-    run("with DrainOnDropLayer::new() (256 KiB, 50 ms):", &url, args.n, DrainOnDropLayer::new()).await?;
+    let mut layer = DrainOnDropLayer::new();
+    let mut label = String::from("with DrainOnDropLayer::new()");
+    if let Some(max_bytes) = args.max_bytes {
+        layer = layer.max_bytes(max_bytes);
+        label.push_str(&format!(".max_bytes({max_bytes})"));
+    }
+    if let Some(max_time) = args.max_time {
+        layer = layer.max_time(max_time);
+        label.push_str(&format!(".max_time({max_time:?})"));
+    }
+    if args.max_bytes.is_none() && args.max_time.is_none() {
+        label.push_str(" (256 KiB, 50 ms)");
+    }
+    run(&format!("{label}:"), &url, args.n, layer).await?;
     Ok(())
 }

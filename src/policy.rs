@@ -232,7 +232,12 @@ mod tests {
     use http::HeaderValue;
 
     fn inspect(request_close: bool, version: Version, headers: &HeaderMap) -> Option<Reason> {
-        super::inspect(&Config::default(), RequestSays { close: request_close, framing_unknown: false }, version, headers)
+        super::inspect(
+            &Config::default(),
+            RequestSays { close: request_close, framing_unknown: false },
+            version,
+            headers,
+        )
     }
 
     fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {

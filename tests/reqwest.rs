@@ -54,5 +54,9 @@ async fn a_reqwest_response_keeps_its_api_after_the_round_trip() {
         .unwrap();
     assert_eq!(res.content_length(), Some(1000));
     assert_eq!(res.bytes().await.unwrap(), support::body_bytes(2, 1000));
-    assert_eq!(layer.stats().snapshot(), drain_on_drop::DrainSnapshot::default(), "read to the end: nothing counted");
+    assert_eq!(
+        layer.stats().snapshot(),
+        drain_on_drop::DrainSnapshot::default(),
+        "read to the end: nothing counted"
+    );
 }
