@@ -1,19 +1,45 @@
 //! Drain response bodies that callers drop early, so hyper-util's pool keeps
 //! the HTTP/1 connection.
 //!
-//! # The problem
+//! ```toml
+//! [dependencies]
+//! drain-on-drop = "0.2"
+//! http = "1"
+//! http-body-util = "0.1"
+//! hyper = "1"
+//! hyper-util = { version = "0.1", features = ["client-legacy", "http1", "tokio"] }
+//! tokio = { version = "1", features = ["macros", "rt-multi-thread", "time"] }
+//! tower = { version = "0.5", features = ["util"] }
+//! ```
 //!
-//! HTTP/1.1 sends responses back to back on one connection, so a client can
-//! only reuse a connection after reading the previous body to its last byte.
-//! hyper-util's legacy [`Client`] pools a connection only once its response
-//! body was read to the end. A caller that drops a response early (it checked
-//! the status only, stopped reading a stream, a retry policy discarded a 503,
-//! a redirect follower threw away the 301 body) gets one opportunistic read
-//! of whatever hyper has already buffered; past that hyper closes the
-//! connection and the next request pays a new TCP (and TLS) handshake. With
-//! hyper 1.12 and hyper-util 0.1.21, 100 sequential requests whose bodies are
-//! dropped unread open 100 connections for bodies of 64 KiB, and already at
-//! 16 KiB when the body is chunked.
+//! ```no_run
+//! use drain_on_drop::DrainOnDropLayer;
+//! use http_body_util::Empty;
+//! use hyper::body::Bytes;
+//! use hyper_util::client::legacy::Client;
+//! use hyper_util::rt::TokioExecutor;
+//! use tower::ServiceBuilder;
+//!
+//! let layer = DrainOnDropLayer::new(); // 256 KiB and 50 ms per drain: Go 1.27's defaults
+//! let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
+//! let svc = ServiceBuilder::new()
+//!     // retry, timeout, redirect layers go here, above the drain
+//!     .layer(layer.clone())
+//!     .service(client);
+//! // ... use `svc`; then `layer.stats().snapshot()` says what was drained.
+//! ```
+//!
+//! A complete program that waits for its drains and prints what happened is
+//! [below](#example).
+//!
+//! - **HTTP/2 needs none of this**: dropping an HTTP/2 body resets one
+//!   stream and the connection lives on; the layer passes HTTP/2 responses
+//!   through (counted as skipped, `http2`).
+//! - **Using reqwest?** reqwest hides its stack;
+//!   [`DrainOnDropLayer::wrap_response`] puts the drain on each of its
+//!   responses (the README's "Using reqwest" has the five-line adapter).
+//!
+//! # The problem
 //!
 //! # What this crate does
 //!
@@ -109,7 +135,56 @@
 //! including the ones a retry or redirect layer above it discards: those
 //! discarded bodies are exactly what it drains. A timeout layer above it
 //! bounds the time to the response head; the drain starts after that, in the
-//! background, under its own `max_time`.
+//! background, under its own `max_time`. Decompression goes above it, so
+//! that budgets count wire bytes.
+//!
+//! The layer needs the inner body to be `Unpin` (to move it into the drain
+//! task without boxing every response); hyper's `Incoming` is. A layer
+//! below it whose body is not, such as tower-http's
+//! `ResponseBodyTimeoutLayer`, makes `ready()` fail with "the method `ready`
+//! exists … but its trait bounds were not satisfied": box that body first.
+//!
+//! ```
+//! # use std::time::Duration;
+//! # use drain_on_drop::DrainOnDropLayer;
+//! # use http_body_util::Empty;
+//! # use hyper::body::Bytes;
+//! # use hyper_util::client::legacy::Client;
+//! # use hyper_util::rt::TokioExecutor;
+//! use tower::{ServiceBuilder, ServiceExt};
+//! use tower_http::timeout::ResponseBodyTimeoutLayer;
+//!
+//! # async fn run() {
+//! # let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
+//! let mut svc = ServiceBuilder::new()
+//!     .layer(DrainOnDropLayer::new())
+//!     .map_response(|res: http::Response<_>| res.map(Box::pin)) // TimeoutBody is !Unpin
+//!     .layer(ResponseBodyTimeoutLayer::new(Duration::from_secs(30)))
+//!     .service(client);
+//! let _ = svc.ready().await;
+//! # }
+//! ```
+//!
+//! Without the `map_response` line it does not compile:
+//!
+//! ```compile_fail,E0599
+//! # use std::time::Duration;
+//! # use drain_on_drop::DrainOnDropLayer;
+//! # use http_body_util::Empty;
+//! # use hyper::body::Bytes;
+//! # use hyper_util::client::legacy::Client;
+//! # use hyper_util::rt::TokioExecutor;
+//! # use tower::{ServiceBuilder, ServiceExt};
+//! # use tower_http::timeout::ResponseBodyTimeoutLayer;
+//! # async fn run() {
+//! # let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
+//! let mut svc = ServiceBuilder::new()
+//!     .layer(DrainOnDropLayer::new())
+//!     .layer(ResponseBodyTimeoutLayer::new(Duration::from_secs(30)))
+//!     .service(client);
+//! let _ = svc.ready().await;
+//! # }
+//! ```
 //!
 //! # Example
 //!
@@ -162,8 +237,10 @@
 //! # }
 //! ```
 //!
-//! A runnable version that starts its own server is `examples/reuse.rs`
-//! (`cargo run --example reuse`).
+//! The repository's examples run against servers of their own:
+//! `cargo run --example reuse` (with and without the layer; `-url` for your
+//! endpoint), `metrics` (a Prometheus export), `stack` (tower-http layers),
+//! `proxy` (an axum reverse proxy) and `reqwest`.
 //!
 //! # Runtime
 //!

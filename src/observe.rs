@@ -81,7 +81,15 @@ impl ConnectionTag {
 /// `requests`, `reused` and `connections_opened`.
 ///
 /// Build it with [`DrainOnDropLayer::observe`] so its counters land in the
-/// layer's stats:
+/// layer's stats (shown in [`DrainStats::reuse`]).
+///
+/// With TLS, the wrapping order decides what
+/// [`ConnectionReuse::setup_time`] measures: around the TLS connector
+/// (`layer.observe(https_connector)`) it is TCP plus the TLS handshake, the
+/// real cost of a new connection (what adaptive mode wants); inside it
+/// (`HttpsConnectorBuilder::new()…wrap_connector(layer.observe(http))`) it is
+/// the TCP connect only (on loopback 4.3 ms against 0.49 ms). Both tag the
+/// connection, so reuse is reported either way.
 ///
 /// ```
 /// use drain_on_drop::DrainOnDropLayer;
