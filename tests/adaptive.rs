@@ -7,28 +7,21 @@
 
 mod support;
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use drain_on_drop::{DrainOnDropLayer, DrainSnapshot, OriginSnapshot};
-use http::Uri;
+use drain_on_drop::{DrainOnDropLayer, DrainSnapshot, OriginSnapshot, Reason};
 use http_body_util::Empty;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use support::*;
 use tower::{Service, ServiceBuilder, ServiceExt};
 
-const MIB: usize = 1024 * 1024;
-
 /// These tests measure timing; they run one at a time so that they do not
 /// slow each other's servers down on a 2-core machine.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-const SLACK: Duration = Duration::from_secs(5);
 
 /// A server sending `len` bytes with `Content-Length`, paced at `piece`
 /// bytes every 5 ms (256 KiB: 1 MiB in ~20 ms, like a 400 Mbit/s link;
@@ -51,31 +44,6 @@ async fn server(len: usize, piece: usize) -> RawServer {
     server_counting(len, piece, Arc::default()).await
 }
 
-/// A connector that takes `setup` longer than loopback to open a connection.
-#[derive(Clone)]
-struct FarConnector {
-    inner: CountingConnector,
-    setup: Duration,
-}
-
-impl Service<Uri> for FarConnector {
-    type Response = <CountingConnector as Service<Uri>>::Response;
-    type Error = <CountingConnector as Service<Uri>>::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, uri: Uri) -> Self::Future {
-        let (setup, connecting) = (self.setup, self.inner.call(uri));
-        Box::pin(async move {
-            tokio::time::sleep(setup).await;
-            connecting.await
-        })
-    }
-}
-
 /// `n` sequential requests to `server` over connections that take `setup`
 /// to open, bodies dropped unread; returns the connections opened, the
 /// stats and the origin's estimates.
@@ -96,20 +64,22 @@ async fn run_reading(
     n: usize,
     read: bool,
 ) -> (usize, DrainSnapshot, Vec<OriginSnapshot>) {
-    let connector = CountingConnector::new();
-    let far = FarConnector { inner: connector.clone(), setup };
-    let client: Client<_, Empty<Bytes>> = Client::builder(TokioExecutor::new()).build(far);
+    let connector = CountingConnector::new().with_setup(setup);
+    let client: Client<_, Empty<Bytes>> = Client::builder(TokioExecutor::new()).build(connector.clone());
     let stats = layer.stats();
+    let origins = layer.clone();
     let mut svc = ServiceBuilder::new().layer(layer).service(client);
     for _ in 0..n {
-        let res = svc.ready().await.unwrap().call(get(server.uri("/"))).await.unwrap();
-        assert_eq!(res.status(), 200);
         if read {
+            let res = svc.ready().await.unwrap().call(get(server.uri("/"))).await.unwrap();
+            assert_eq!(res.status(), 200);
             read_all(res.into_body()).await.unwrap();
+        } else {
+            drop_unread(&mut svc, get(server.uri("/"))).await;
         }
     }
-    wait_for("drains to end", SLACK, || stats.snapshot().in_flight == 0).await;
-    (connector.count(), stats.snapshot(), stats.origins())
+    let snap = settle(&stats, Duration::ZERO).await;
+    (connector.count(), snap, origins.origins())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -169,7 +139,7 @@ async fn a_far_origin_starts_draining_bodies_the_fixed_budget_skips() {
 
     // The default fixed budget (256 KiB) skips the declared 1 MiB every time.
     let (conns, snap, _) = run(&server, setup, DrainOnDropLayer::new(), 4).await;
-    assert_eq!((snap.skipped_over_budget, conns), (4, 4), "{snap:?}");
+    assert_eq!((snap.count(Reason::DeclaredOverBudget), snap.skipped, conns), (4, 4, 4), "{snap:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -179,14 +149,15 @@ async fn with_an_observer_the_setup_cost_is_the_connectors_own_time() {
     let server = server(64 * 1024, 256 * 1024).await;
     let layer = DrainOnDropLayer::new().adaptive();
     let stats = layer.stats();
-    let far = FarConnector { inner: CountingConnector::new(), setup };
+    let far = CountingConnector::new().with_setup(setup);
     let client: Client<_, Empty<Bytes>> = Client::builder(TokioExecutor::new()).build(layer.observe(far));
+    let origins = layer.clone();
     let mut svc = ServiceBuilder::new().layer(layer).service(client);
     for _ in 0..3 {
-        drop(svc.ready().await.unwrap().call(get(server.uri("/"))).await.unwrap());
+        drop_unread(&mut svc, get(server.uri("/"))).await;
     }
-    wait_for("drains to end", SLACK, || stats.snapshot().in_flight == 0).await;
-    let estimate = stats.origins()[0].setup_cost.expect("estimated");
+    settle(&stats, Duration::ZERO).await;
+    let estimate = origins.origins()[0].setup_cost.expect("estimated");
     assert!(
         estimate >= setup && estimate < setup.mul_f64(1.5),
         "the observer measured the connector's {setup:?}: {estimate:?}"

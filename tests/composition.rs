@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
-use drain_on_drop::DrainOnDropLayer;
+use drain_on_drop::{DrainOnDropLayer, Reason};
 use http::{Request, Response, StatusCode};
 use http_body_util::Empty;
 use support::*;
@@ -90,8 +90,7 @@ async fn retried_503_bodies_are_drained_below_retry_and_timeout() {
     let layer = DrainOnDropLayer::new();
     let stats = layer.stats();
     let with_layer = run(layer).await;
-    wait_for("drains to end", Duration::from_secs(5), || stats.snapshot().in_flight == 0).await;
-    let snap = stats.snapshot();
+    let snap = settle(&stats, Duration::ZERO).await;
     assert_eq!(snap.drained, 40, "each of the 40 discarded 503s was drained: {snap:?}");
     assert!(with_layer <= 3, "60 HTTP requests on at most 3 connections, got {with_layer}");
 
@@ -126,8 +125,7 @@ async fn timeout_above_the_layer_does_not_bound_the_background_drain() {
     assert!(err.is::<tower::timeout::error::Elapsed>(), "the head took too long: {err}");
     assert_eq!(stats.snapshot().in_flight, 0, "no body, nothing to drain");
 
-    let res = svc.ready().await.unwrap().call(get(server.uri("/stall"))).await.unwrap();
-    drop(res);
-    wait_for("the drain to give up", Duration::from_secs(5), || stats.snapshot().in_flight == 0).await;
-    assert_eq!(stats.snapshot().abandoned_over_time, 1, "{:?}", stats.snapshot());
+    drop_unread(&mut svc, get(server.uri("/stall"))).await;
+    let snap = settle(&stats, Duration::from_millis(200)).await;
+    assert_eq!((snap.count(Reason::OverTime), snap.abandoned), (1, 1), "given up on time: {snap:?}");
 }

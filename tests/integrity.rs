@@ -11,7 +11,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use drain_on_drop::DrainOnDropLayer;
+use drain_on_drop::{DrainOnDropLayer, Reason};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use support::*;
@@ -19,7 +19,7 @@ use tokio::runtime::{Builder, Runtime};
 use tower::{Service, ServiceBuilder, ServiceExt};
 
 /// A small byte budget keeps the sequences fast; bodies go up to twice it.
-const BUDGET: u64 = 16 * 1024;
+const BUDGET: u64 = 16 * KIB as u64;
 const MAX_LEN: usize = 2 * BUDGET as usize;
 const DEFAULT_CASES: u32 = 96;
 
@@ -110,8 +110,8 @@ fn script(head: &Head) -> Vec<Step> {
 #[derive(Debug, Default, PartialEq, Eq)]
 struct Expected {
     drained: u64,
-    skipped_over_budget: u64,
-    abandoned_over_bytes: u64,
+    declared_over_budget: u64,
+    over_bytes: u64,
     /// Exact bytes drained by the drains that reached the end.
     drained_bytes: u64,
     /// Largest frame that may cross the budget in an abandoned drain.
@@ -192,40 +192,44 @@ async fn run(exchanges: Vec<Exchange>) -> Result<(), String> {
                     expected.drained += 1;
                     expected.drained_bytes += remaining;
                 }
-                (Framing::ContentLength, true) => expected.skipped_over_budget += 1,
+                (Framing::ContentLength, true) => expected.declared_over_budget += 1,
                 (Framing::Chunked { chunk }, true) => {
-                    expected.abandoned_over_bytes += 1;
+                    expected.over_bytes += 1;
                     expected.max_chunk = expected.max_chunk.max(chunk as u64);
                 }
             }
         }
     }
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while stats.snapshot().in_flight != 0 {
-        if Instant::now() > deadline {
-            return Err(format!("drains still running after 10 s: {stats:?}"));
-        }
-        tokio::time::sleep(Duration::from_millis(1)).await;
+    if !waited(2 * SLACK, || stats.snapshot().in_flight == 0).await {
+        return Err(format!("drains still running after {:?}: {stats:?}", 2 * SLACK));
     }
     let s = stats.snapshot();
-    let counted =
-        (s.drained, s.skipped, s.skipped_over_budget, s.abandoned, s.abandoned_over_bytes, s.failed);
+    let counted = (
+        s.drained,
+        s.count(Reason::EndOfBody),
+        s.skipped,
+        s.count(Reason::DeclaredOverBudget),
+        s.abandoned,
+        s.count(Reason::OverBytes),
+        s.failed,
+    );
     let want = (
         expected.drained,
-        expected.skipped_over_budget,
-        expected.skipped_over_budget,
-        expected.abandoned_over_bytes,
-        expected.abandoned_over_bytes,
+        expected.drained,
+        expected.declared_over_budget,
+        expected.declared_over_budget,
+        expected.over_bytes,
+        expected.over_bytes,
         0,
     );
     if counted != want {
         return Err(format!(
-            "counted (drained, skipped, skipped_over_budget, abandoned, \
-             abandoned_over_bytes, failed) = {counted:?}, expected {want:?}: {s:?}"
+            "counted (drained, end_of_body, skipped, declared_over_budget, abandoned, \
+             over_bytes, failed) = {counted:?}, expected {want:?}: {s:?}"
         ));
     }
-    let low = expected.drained_bytes + expected.abandoned_over_bytes * (BUDGET + 1);
-    let high = expected.drained_bytes + expected.abandoned_over_bytes * (BUDGET + expected.max_chunk);
+    let low = expected.drained_bytes + expected.over_bytes * (BUDGET + 1);
+    let high = expected.drained_bytes + expected.over_bytes * (BUDGET + expected.max_chunk);
     if !(low..=high).contains(&s.bytes_drained) {
         return Err(format!(
             "bytes_drained {} outside {low}..={high} (exact for finished drains, \

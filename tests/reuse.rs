@@ -11,7 +11,6 @@ use support::*;
 use tower::{Service, ServiceBuilder, ServiceExt};
 
 const N: usize = 100;
-const KIB: usize = 1024;
 
 #[derive(Clone, Copy, Debug)]
 enum Framing {
@@ -61,8 +60,7 @@ async fn run(len: usize, framing: Framing, read: Read, layer: DrainOnDropLayer) 
         }
         drop(body);
     }
-    wait_for("drains to end", Duration::from_secs(5), || stats.snapshot().in_flight == 0).await;
-    let snap = stats.snapshot();
+    let snap = settle(&stats, Duration::ZERO).await;
     let disabled = snap.drained == 0 && snap.skipped > 0;
     let expected_skips = if disabled { snap.skipped } else { 0 };
     assert_eq!(

@@ -2,35 +2,21 @@
 //! behind the layer, and helpers that tell which connection served a
 //! response and what the layer counted.
 
-use std::future::Future;
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::pin::Pin;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::task::{Context, Poll};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use drain_on_drop::{DrainBody, DrainOnDrop, DrainOnDropLayer, DrainSnapshot, DrainStats};
+use drain_on_drop::{DrainBody, DrainOnDrop, DrainOnDropLayer, DrainSnapshot, DrainStats, Outcome, Reason};
 use hyper::body::Incoming;
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::{HttpConnector, HttpInfo};
-use hyper_util::rt::TokioExecutor;
 use tower::{Service, ServiceBuilder, ServiceExt};
 
 use crate::support::*;
 
-pub(crate) const KIB: usize = 1024;
-
-/// Scheduling slack on top of `max_time` before a drain that has not ended
-/// counts as outliving its budget: 2 cores, a debug build, and the other
-/// tests of this binary running in parallel.
-pub(crate) const SLACK: Duration = Duration::from_millis(1500);
-
 /// A time budget long enough that no honest drain in these tests reaches it.
 pub(crate) const GENEROUS: Duration = Duration::from_secs(10);
 
-pub(crate) type RigClient = Client<RigConnector, Empty>;
-pub(crate) type Svc = DrainOnDrop<RigClient>;
+pub(crate) type Svc = DrainOnDrop<TestClient>;
 pub(crate) type Res = http::Response<DrainBody<Incoming>>;
 pub(crate) type ClientError = hyper_util::client::legacy::Error;
 
@@ -45,7 +31,7 @@ pub(crate) const OK_LEN: usize = 1000;
 /// answered by the test's script.
 pub(crate) struct Rig {
     pub(crate) server: RawServer,
-    pub(crate) connector: RigConnector,
+    pub(crate) connector: CountingConnector,
     pub(crate) svc: Svc,
     pub(crate) stats: DrainStats,
     pub(crate) max_time: Duration,
@@ -59,14 +45,14 @@ impl Rig {
         script: impl Fn(&Head) -> Vec<Step> + Send + Sync + 'static,
     ) -> Rig {
         let layer = DrainOnDropLayer::new().max_bytes(max_bytes).max_time(max_time);
-        Rig::with(layer, max_time, rig_client(), script).await
+        Rig::with(layer, max_time, client(), script).await
     }
 
     /// A rig around a given layer and client; `max_time` must be the layer's.
     pub(crate) async fn with(
         layer: DrainOnDropLayer,
         max_time: Duration,
-        (client, connector): (RigClient, RigConnector),
+        (client, connector): (TestClient, CountingConnector),
         script: impl Fn(&Head) -> Vec<Step> + Send + Sync + 'static,
     ) -> Rig {
         let server = RawServer::start(move |head| {
@@ -89,6 +75,14 @@ impl Rig {
     pub(crate) async fn try_get(&mut self, path: &str) -> Result<Res, ClientError> {
         let req = get(self.server.uri(path));
         self.try_send(req).await
+    }
+
+    /// Drops the body of `GET /bad` unread and waits for its drain; returns
+    /// the connection it came on.
+    pub(crate) async fn drop_bad(&mut self) -> SocketAddr {
+        let at = drop_unread(&mut self.svc, get(self.server.uri("/bad"))).await;
+        self.settle().await;
+        at
     }
 
     /// GET `path`; the response head must arrive.
@@ -136,11 +130,7 @@ impl Rig {
     /// [`SLACK`]. Returns how long it took.
     pub(crate) async fn settle(&self) -> Duration {
         let start = Instant::now();
-        let stats = self.stats.clone();
-        wait_for("every drain to end within max_time + slack", self.max_time + SLACK, || {
-            stats.snapshot().in_flight == 0
-        })
-        .await;
+        settle(&self.stats, self.max_time).await;
         start.elapsed()
     }
 
@@ -183,128 +173,69 @@ async fn check_clean(res: Res, seed: u64) -> SocketAddr {
     at
 }
 
-/// An `HttpConnector` (nodelay) that counts the connections it opens, and
-/// that a test can tell to hold every dial: see [`Rig::get_on`].
-#[derive(Clone)]
-pub(crate) struct RigConnector {
-    inner: HttpConnector,
-    connects: Arc<AtomicUsize>,
-    hold: Arc<AtomicBool>,
-}
-
-pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
-impl RigConnector {
-    pub(crate) fn new() -> Self {
-        let mut inner = HttpConnector::new();
-        inner.set_nodelay(true);
-        RigConnector {
-            inner,
-            connects: Arc::new(AtomicUsize::new(0)),
-            hold: Arc::new(AtomicBool::new(false)),
-        }
-    }
-
-    /// Holds (or releases) every dial: a held dial waits until released,
-    /// then fails without opening anything.
-    pub(crate) fn hold(&self, on: bool) {
-        self.hold.store(on, Ordering::SeqCst);
-    }
-
-    /// Connections opened so far.
-    pub(crate) fn count(&self) -> usize {
-        self.connects.load(Ordering::SeqCst)
-    }
-}
-
-impl Service<http::Uri> for RigConnector {
-    type Response = <HttpConnector as Service<http::Uri>>::Response;
-    type Error = BoxError;
-    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx).map_err(Into::into)
-    }
-
-    fn call(&mut self, uri: http::Uri) -> Self::Future {
-        let connects = self.connects.clone();
-        let hold = self.hold.clone();
-        let fut = self.inner.call(uri);
-        Box::pin(async move {
-            if hold.load(Ordering::SeqCst) {
-                // Held: wait until released (bounded), then refuse, so that
-                // a dial that lost the race to the pool never opens anything.
-                let start = Instant::now();
-                while hold.load(Ordering::SeqCst) && start.elapsed() < GENEROUS {
-                    tokio::time::sleep(Duration::from_millis(1)).await;
-                }
-                return Err("dial held: the test expected a pooled connection".into());
-            }
-            let conn = fut.await?;
-            connects.fetch_add(1, Ordering::SeqCst);
-            Ok(conn)
-        })
-    }
-}
-
-/// hyper-util's pooled client over a [`RigConnector`].
-pub(crate) fn rig_client() -> (RigClient, RigConnector) {
-    let connector = RigConnector::new();
-    let client = Client::builder(TokioExecutor::new()).build(connector.clone());
-    (client, connector)
-}
-
-/// The client-side address of the connection that carried `res`: equal
-/// addresses mean the same TCP connection.
-pub(crate) fn conn<B>(res: &http::Response<B>) -> SocketAddr {
-    res.extensions().get::<HttpInfo>().expect("HttpConnector puts HttpInfo on every response").local_addr()
-}
-
-/// What the layer counted, field by field, so that a test states every
-/// counter it expects and `assert_eq!` shows all of them.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// What the layer counted: the four totals, every reason counted at least
+/// once, and the drains in flight, so that a test states every counter it
+/// expects and `assert_eq!` shows all of them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Counted {
     pub(crate) drained: u64,
     pub(crate) abandoned: u64,
-    pub(crate) abandoned_over_bytes: u64,
-    pub(crate) abandoned_over_time: u64,
     pub(crate) skipped: u64,
-    pub(crate) skipped_over_budget: u64,
     pub(crate) failed: u64,
+    pub(crate) reasons: BTreeMap<Reason, u64>,
     pub(crate) in_flight: u64,
 }
 
 impl Counted {
-    pub(crate) const NOTHING: Counted = Counted {
-        drained: 0,
-        abandoned: 0,
-        abandoned_over_bytes: 0,
-        abandoned_over_time: 0,
-        skipped: 0,
-        skipped_over_budget: 0,
-        failed: 0,
-        in_flight: 0,
-    };
-    pub(crate) const DRAINED: Counted = Counted { drained: 1, ..Counted::NOTHING };
-    /// Skipped for a reason other than the declared length.
-    pub(crate) const SKIPPED: Counted = Counted { skipped: 1, ..Counted::NOTHING };
-    pub(crate) const SKIPPED_OVER_BUDGET: Counted =
-        Counted { skipped: 1, skipped_over_budget: 1, ..Counted::NOTHING };
-    pub(crate) const OVER_BYTES: Counted =
-        Counted { abandoned: 1, abandoned_over_bytes: 1, ..Counted::NOTHING };
-    pub(crate) const OVER_TIME: Counted =
-        Counted { abandoned: 1, abandoned_over_time: 1, ..Counted::NOTHING };
+    /// Nothing counted, nothing running.
+    pub(crate) fn nothing() -> Counted {
+        Counted::default()
+    }
+
+    /// Exactly these early drops, each total the sum of its reasons.
+    pub(crate) fn of(reasons: &[(Reason, u64)]) -> Counted {
+        let mut c = Counted::nothing();
+        for &(reason, n) in reasons {
+            match reason.outcome() {
+                Outcome::Drained => c.drained += n,
+                Outcome::Abandoned => c.abandoned += n,
+                Outcome::Skipped => c.skipped += n,
+                Outcome::Failed => c.failed += n,
+                other => panic!("an outcome the harness does not know: {other:?}"),
+            }
+            *c.reasons.entry(reason).or_default() += n;
+        }
+        c
+    }
+
+    /// One early drop, for `reason`.
+    pub(crate) fn one(reason: Reason) -> Counted {
+        Counted::of(&[(reason, 1)])
+    }
+
+    /// `n` drains that reached the end of the body.
+    pub(crate) fn drained(n: u64) -> Counted {
+        Counted::of(&[(Reason::EndOfBody, n)])
+    }
+
+    /// `n` drains that ended on an error of the body.
+    pub(crate) fn body_errors(n: u64) -> Counted {
+        Counted::of(&[(Reason::BodyError, n)])
+    }
+
+    /// The same counts, with `n` drains running.
+    pub(crate) fn in_flight(self, n: u64) -> Counted {
+        Counted { in_flight: n, ..self }
+    }
 }
 
 pub(crate) fn counted(s: &DrainSnapshot) -> Counted {
     Counted {
         drained: s.drained,
         abandoned: s.abandoned,
-        abandoned_over_bytes: s.abandoned_over_bytes,
-        abandoned_over_time: s.abandoned_over_time,
         skipped: s.skipped,
-        skipped_over_budget: s.skipped_over_budget,
         failed: s.failed,
+        reasons: s.iter().filter(|&(_, n)| n > 0).collect(),
         in_flight: s.in_flight,
     }
 }

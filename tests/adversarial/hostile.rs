@@ -6,40 +6,31 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use drain_on_drop::Reason;
+
 use crate::harness::*;
 use crate::support::*;
 
-const MAX_BYTES: u64 = 256 * 1024;
-
-/// Drops the body of `GET /bad` unread and waits for the drain; returns the
-/// connection it came on.
-async fn drop_unread(rig: &mut Rig) -> std::net::SocketAddr {
-    let res = rig.get("/bad").await;
-    assert_eq!(res.status(), 200, "the caller sees the scripted head");
-    let at = conn(&res);
-    drop(res);
-    rig.settle().await;
-    at
-}
+const MAX_BYTES: u64 = 256 * KIB as u64;
 
 /// Runs `/bad` then an honest request, `rounds` times on one client: the
 /// honest body must be intact every time, and no connection that carried a
 /// bad response may carry the next one.
 async fn never_reused_and_never_smuggled(rig: &mut Rig, rounds: u64) {
     for round in 0..rounds {
-        let bad = drop_unread(rig).await;
+        let bad = rig.drop_bad().await;
         let next = rig.next_is_clean(round).await;
         assert_ne!(next, bad, "round {round}: the poisoned connection is reused");
     }
 }
 
-// 14. Extra bytes after the body ("announces less, sends more").
+// Extra bytes after the body ("announces less, sends more").
 
 /// The extra bytes come in the same write as the body. The drain reaches the
 /// declared end (counted drained), and hyper refuses to pool a connection
 /// with bytes past the end of the response.
 #[tokio::test]
-async fn s14_bytes_after_a_drained_body_never_reach_the_next_request() {
+async fn bytes_after_a_drained_body_never_reach_the_next_request() {
     let mut rig = Rig::start(MAX_BYTES, GENEROUS, |_| {
         let body = body_bytes(14, 100);
         vec![Step::Write(cat(&[&cl_head(100), &body, SMUGGLED]))]
@@ -47,17 +38,13 @@ async fn s14_bytes_after_a_drained_body_never_reach_the_next_request() {
     .await;
     never_reused_and_never_smuggled(&mut rig, 5).await;
     let s = rig.stats.snapshot();
-    assert_eq!(
-        counted(&s),
-        Counted { drained: 5, ..Counted::NOTHING },
-        "the declared body was drained to its end each time: {s:?}"
-    );
+    assert_eq!(counted(&s), Counted::drained(5), "the declared body was drained to its end each time: {s:?}");
     assert_eq!(s.bytes_drained, 500, "only declared bytes count as drained");
 }
 
 /// Same, with the extra bytes after a longer body that needs several reads.
 #[tokio::test]
-async fn s14_bytes_after_a_long_drained_chunked_body_never_reach_the_next_request() {
+async fn bytes_after_a_long_drained_chunked_body_never_reach_the_next_request() {
     let mut rig = Rig::start(MAX_BYTES, GENEROUS, |_| {
         vec![
             Step::Write(CHUNKED_HEAD.to_vec()),
@@ -68,14 +55,14 @@ async fn s14_bytes_after_a_long_drained_chunked_body_never_reach_the_next_reques
     .await;
     never_reused_and_never_smuggled(&mut rig, 3).await;
     let s = rig.stats.snapshot();
-    assert_eq!(counted(&s), Counted { drained: 3, ..Counted::NOTHING }, "{s:?}");
+    assert_eq!(counted(&s), Counted::drained(3), "{s:?}");
 }
 
 /// The extra bytes arrive later, while the drained connection sits idle in
 /// the pool: hyper reads them as an unexpected message and closes the
 /// connection, so the server sees it closed before the next request is sent.
 #[tokio::test]
-async fn s14_bytes_arriving_while_the_drained_connection_is_idle_close_it() {
+async fn bytes_arriving_while_the_drained_connection_is_idle_close_it() {
     let mut rig = Rig::start(MAX_BYTES, GENEROUS, |_| {
         let body = body_bytes(14, 100);
         vec![
@@ -85,8 +72,8 @@ async fn s14_bytes_arriving_while_the_drained_connection_is_idle_close_it() {
         ]
     })
     .await;
-    let bad = drop_unread(&mut rig).await;
-    assert_eq!(counted(&rig.stats.snapshot()), Counted::DRAINED);
+    let bad = rig.drop_bad().await;
+    assert_eq!(counted(&rig.stats.snapshot()), Counted::drained(1));
     rig.wait_server_closed("the client to close a connection that sent unsolicited bytes").await;
     assert_ne!(rig.next_is_clean(1).await, bad, "not reused");
 }
@@ -94,7 +81,7 @@ async fn s14_bytes_arriving_while_the_drained_connection_is_idle_close_it() {
 /// The caller reads the whole declared body itself: not an early drop, not
 /// counted, and the extra bytes are still never delivered.
 #[tokio::test]
-async fn s14_bytes_after_a_fully_read_body_are_not_counted_and_not_delivered() {
+async fn bytes_after_a_fully_read_body_are_not_counted_and_not_delivered() {
     let mut rig = Rig::start(MAX_BYTES, GENEROUS, |_| {
         let body = body_bytes(14, 100);
         vec![Step::Write(cat(&[&cl_head(100), &body, SMUGGLED]))]
@@ -104,7 +91,7 @@ async fn s14_bytes_after_a_fully_read_body_are_not_counted_and_not_delivered() {
     let bad = conn(&res);
     let body = read_all(res.into_body()).await.expect("the declared body");
     assert_eq!(body, body_bytes(14, 100), "exactly the declared bytes");
-    assert_eq!(counted(&rig.stats.snapshot()), Counted::NOTHING);
+    assert_eq!(counted(&rig.stats.snapshot()), Counted::nothing());
     assert_ne!(rig.next_is_clean(1).await, bad, "not reused");
 }
 
@@ -124,7 +111,7 @@ async fn content_length_announcing_more_than_sent_fails_the_drain() {
     .await;
     never_reused_and_never_smuggled(&mut rig, 3).await;
     let s = rig.stats.snapshot();
-    assert_eq!(counted(&s), Counted { failed: 3, ..Counted::NOTHING }, "{s:?}");
+    assert_eq!(counted(&s), Counted::body_errors(3), "{s:?}");
     assert_eq!(s.bytes_drained, 12_000, "bytes read before the error still count");
 }
 
@@ -142,11 +129,11 @@ async fn content_length_announcing_more_than_sent_is_an_error_for_a_reading_call
         .and_then(|e| e.downcast_ref::<std::io::Error>())
         .map(std::io::Error::kind);
     assert_eq!(eof, Some(std::io::ErrorKind::UnexpectedEof), "hyper reports the early end of file: {err:?}");
-    assert_eq!(counted(&rig.stats.snapshot()), Counted::NOTHING);
+    assert_eq!(counted(&rig.stats.snapshot()), Counted::nothing());
     rig.next_is_clean(1).await;
 }
 
-// 15. FIN or RST mid-drain → closed quietly, the next request dials fresh.
+// FIN or RST mid-drain → closed quietly, the next request dials fresh.
 
 async fn cut_mid_drain(cut: Step, chunked_framing: bool) {
     let what = format!("{cut:?} chunked={chunked_framing}");
@@ -165,25 +152,25 @@ async fn cut_mid_drain(cut: Step, chunked_framing: bool) {
     let s = rig.stats.snapshot();
     assert_eq!(
         counted(&s),
-        Counted { failed: 2, ..Counted::NOTHING },
+        Counted::body_errors(2),
         "{what}: a connection cut mid-body fails the drain: {s:?}"
     );
     assert!(s.bytes_drained <= 2 * 8 * KIB as u64, "{what}: never more than was sent: {s:?}");
 }
 
 #[tokio::test]
-async fn s15_fin_mid_drain_fails_the_drain_quietly() {
+async fn fin_mid_drain_fails_the_drain_quietly() {
     cut_mid_drain(Step::Close, false).await;
     cut_mid_drain(Step::Close, true).await;
 }
 
 #[tokio::test]
-async fn s15_rst_mid_drain_fails_the_drain_quietly() {
+async fn rst_mid_drain_fails_the_drain_quietly() {
     cut_mid_drain(Step::Reset, false).await;
     cut_mid_drain(Step::Reset, true).await;
 }
 
-// 16. Malformed chunk size or trailer during a drain → closed; nothing
+// Malformed chunk size or trailer during a drain → closed; nothing
 // smuggled after it is ever delivered.
 
 /// A valid first chunk, then (after the drop) `broken` followed by a whole
@@ -202,50 +189,46 @@ async fn broken_chunked(broken: &'static [u8]) -> (Rig, String) {
 }
 
 #[tokio::test]
-async fn s16_malformed_chunk_sizes_fail_the_drain_and_smuggle_nothing() {
+async fn malformed_chunk_sizes_fail_the_drain_and_smuggle_nothing() {
     let cases: [&'static [u8]; 5] =
         [b"zz\r\n", b"-1\r\n", b"fffffffffffffffffff\r\n", b"5\r\n01234XX", b"5;\x01ext\r\n01234\r\n"];
     for broken in cases {
         let (rig, what) = broken_chunked(broken).await;
         let s = rig.stats.snapshot();
-        assert_eq!(
-            counted(&s),
-            Counted { failed: 2, ..Counted::NOTHING },
-            "{what:?}: a framing error fails the drain: {s:?}"
-        );
+        assert_eq!(counted(&s), Counted::body_errors(2), "{what:?}: a framing error fails the drain: {s:?}");
     }
 }
 
 /// hyper rejects a trailer line without a colon: the drain fails.
 #[tokio::test]
-async fn s16_malformed_trailer_fails_the_drain_and_smuggles_nothing() {
+async fn malformed_trailer_fails_the_drain_and_smuggles_nothing() {
     let (rig, what) = broken_chunked(b"0\r\nnot a header line\r\n\r\n").await;
     let s = rig.stats.snapshot();
-    assert_eq!(counted(&s), Counted { failed: 2, ..Counted::NOTHING }, "{what:?}: {s:?}");
+    assert_eq!(counted(&s), Counted::body_errors(2), "{what:?}: {s:?}");
 }
 
 /// A trailer section larger than hyper accepts: the drain fails.
 #[tokio::test]
-async fn s16_oversized_trailers_fail_the_drain_and_smuggle_nothing() {
+async fn oversized_trailers_fail_the_drain_and_smuggle_nothing() {
     let trailer = format!("0\r\nx-big: {}\r\n\r\n", "a".repeat(64 * KIB));
     let trailer: &'static [u8] = trailer.into_bytes().leak();
     let (rig, what) = broken_chunked(trailer).await;
     let s = rig.stats.snapshot();
-    assert_eq!(counted(&s), Counted { failed: 2, ..Counted::NOTHING }, "{}: {s:?}", &what[..20]);
+    assert_eq!(counted(&s), Counted::body_errors(2), "{}: {s:?}", &what[..20]);
 }
 
-// 9. Infinite streams: the drain gives up by bytes or by time, and the
+// Infinite streams: the drain gives up by bytes or by time, and the
 // server sees its writes fail once the client closes.
 
 #[tokio::test]
-async fn s09_fast_infinite_stream_is_abandoned_over_bytes_and_the_server_write_fails() {
+async fn fast_infinite_stream_is_abandoned_over_bytes_and_the_server_write_fails() {
     let mut rig = Rig::start(MAX_BYTES, GENEROUS, |_| {
         vec![Step::Write(CHUNKED_HEAD.to_vec()), Step::Forever { chunk: 8 * KIB, every: Duration::ZERO }]
     })
     .await;
-    let bad = drop_unread(&mut rig).await;
+    let bad = rig.drop_bad().await;
     let s = rig.stats.snapshot();
-    assert_eq!(counted(&s), Counted::OVER_BYTES, "{s:?}");
+    assert_eq!(counted(&s), Counted::one(Reason::OverBytes), "{s:?}");
     assert!(
         s.bytes_drained > MAX_BYTES && s.bytes_drained <= MAX_BYTES + 8 * KIB as u64,
         "gives up in the frame that crosses the budget: {s:?}"
@@ -256,80 +239,17 @@ async fn s09_fast_infinite_stream_is_abandoned_over_bytes_and_the_server_write_f
 }
 
 #[tokio::test]
-async fn s09_slow_infinite_stream_is_abandoned_over_time_and_the_server_write_fails() {
+async fn slow_infinite_stream_is_abandoned_over_time_and_the_server_write_fails() {
     let max_time = Duration::from_millis(50);
     let mut rig = Rig::start(MAX_BYTES, max_time, |_| {
         vec![Step::Write(CHUNKED_HEAD.to_vec()), Step::Forever { chunk: 16, every: Duration::from_millis(5) }]
     })
     .await;
-    let bad = drop_unread(&mut rig).await;
+    let bad = rig.drop_bad().await;
     let s = rig.stats.snapshot();
-    assert_eq!(counted(&s), Counted::OVER_TIME, "{s:?}");
+    assert_eq!(counted(&s), Counted::one(Reason::OverTime), "{s:?}");
     let failures = rig.server.write_failures.clone();
     wait_for("the streaming server's write to fail", SLACK, || failures.load(Ordering::SeqCst) == 1).await;
-    assert_ne!(rig.next_is_clean(1).await, bad, "not reused");
-}
-
-// One byte per chunk, inside and beyond the budgets.
-
-#[tokio::test]
-async fn one_byte_chunks_within_the_budgets_are_drained_and_reused() {
-    let mut rig = Rig::start(MAX_BYTES, GENEROUS, |_| {
-        vec![Step::Write(cat(&[CHUNKED_HEAD, &one_byte_chunks(9, 2000), b"0\r\n\r\n"]))]
-    })
-    .await;
-    let bad = drop_unread(&mut rig).await;
-    let s = rig.stats.snapshot();
-    assert_eq!(counted(&s), Counted::DRAINED, "{s:?}");
-    assert_eq!(s.bytes_drained, 2000, "2000 frames of one byte");
-    rig.next_reuses(1, bad).await;
-}
-
-#[tokio::test]
-async fn one_byte_chunks_beyond_the_byte_budget_stop_one_byte_past_it() {
-    let mut rig = Rig::start(1000, GENEROUS, |_| {
-        vec![Step::Write(cat(&[CHUNKED_HEAD, &one_byte_chunks(9, 3000), b"0\r\n\r\n"]))]
-    })
-    .await;
-    let bad = drop_unread(&mut rig).await;
-    let s = rig.stats.snapshot();
-    assert_eq!(counted(&s), Counted::OVER_BYTES, "{s:?}");
-    assert_eq!(s.bytes_drained, 1001, "the 1001st byte crosses the budget");
-    assert_ne!(rig.next_is_clean(1).await, bad, "not reused");
-}
-
-/// 200,000 one-byte frames cost far more than 20 ms to hand over one by one,
-/// even though they are all on the wire at once and within the byte budget.
-#[tokio::test]
-async fn one_byte_chunks_beyond_the_time_budget_are_abandoned_over_time() {
-    let max_time = Duration::from_millis(20);
-    let mut rig = Rig::start(1024 * 1024, max_time, |_| {
-        vec![Step::Write(cat(&[CHUNKED_HEAD, &one_byte_chunks(9, 200_000), b"0\r\n\r\n"]))]
-    })
-    .await;
-    let bad = drop_unread(&mut rig).await;
-    let s = rig.stats.snapshot();
-    assert_eq!(counted(&s), Counted::OVER_TIME, "{s:?}");
-    assert!(s.bytes_drained < 200_000, "{s:?}");
-    assert_ne!(rig.next_is_clean(1).await, bad, "not reused");
-}
-
-/// One chunk far larger than the budget: the drain cannot ask hyper for
-/// less than a frame, so it stops at the first frame that crosses the
-/// budget. A frame is one read of hyper's buffer (8 KiB on a fresh
-/// connection, doubling while reads fill it), so on a fresh connection the
-/// overshoot stays well under 64 KiB.
-#[tokio::test]
-async fn one_huge_chunk_is_abandoned_one_frame_past_the_budget() {
-    let max = 16 * KIB as u64;
-    let mut rig = Rig::start(max, GENEROUS, |_| chunked(3, 1024 * KIB, 1024 * KIB)).await;
-    let bad = drop_unread(&mut rig).await;
-    let s = rig.stats.snapshot();
-    assert_eq!(counted(&s), Counted::OVER_BYTES, "{s:?}");
-    assert!(
-        s.bytes_drained > max && s.bytes_drained < max + 64 * KIB as u64,
-        "one frame past a {max}-byte budget, not the whole 1 MiB chunk: {s:?}"
-    );
     assert_ne!(rig.next_is_clean(1).await, bad, "not reused");
 }
 
@@ -352,7 +272,7 @@ async fn content_length_with_chunked_framing_follows_the_chunks() {
     let s = rig.stats.snapshot();
     assert_eq!(
         counted(&s),
-        Counted { drained: 2, ..Counted::NOTHING },
+        Counted::drained(2),
         "drained by the chunked framing, not skipped for the declared length: {s:?}"
     );
     assert_eq!(s.bytes_drained, 2 * 20 * KIB as u64);

@@ -1,10 +1,11 @@
-//! 19. A response that ends before the request body was fully sent.
+//! A response that ends before the request body was fully sent.
 
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use drain_on_drop::DrainOnDropLayer;
+use drain_on_drop::{DrainOnDrop, DrainOnDropLayer, DrainStats};
 use http_body::{Body, Frame};
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Empty};
@@ -37,10 +38,10 @@ impl Body for ChanBody {
     }
 }
 
-type Upload = mpsc::Sender<Result<Bytes, std::io::Error>>;
+type UploadTx = mpsc::Sender<Result<Bytes, std::io::Error>>;
 
 /// An upload of unknown length (sent chunked) whose body the test streams.
-fn upload(uri: http::Uri) -> (Upload, http::Request<ReqBody>) {
+fn upload(uri: http::Uri) -> (UploadTx, http::Request<ReqBody>) {
     let (tx, rx) = mpsc::channel(4);
     let req = http::Request::post(uri).body(ChanBody(rx).boxed_unsync()).unwrap();
     (tx, req)
@@ -50,30 +51,44 @@ fn empty() -> ReqBody {
     Empty::new().map_err(|never| match never {}).boxed_unsync()
 }
 
+/// An upload in progress whose early answer was dropped unread and drained.
+struct Upload {
+    server: EarlyAnswerServer,
+    connector: CountingConnector,
+    stats: DrainStats,
+    svc: DrainOnDrop<Client<CountingConnector, ReqBody>>,
+    /// The rest of the upload.
+    tx: UploadTx,
+    /// The connection the answer came on.
+    first: SocketAddr,
+}
+
+/// Starts an upload of unknown length, sends its first part, drops the
+/// server's early answer unread, and waits for the drain.
+async fn drop_answer_mid_upload() -> Upload {
+    let server = EarlyAnswerServer::start(19, LEN).await;
+    let connector = CountingConnector::new();
+    let client = Client::builder(TokioExecutor::new()).build(connector.clone());
+    let layer = DrainOnDropLayer::new().max_time(GENEROUS);
+    let stats = layer.stats();
+    let mut svc = layer.layer(client);
+    let (tx, req) = upload(server.uri("/upload"));
+    tx.send(Ok(Bytes::from_static(b"first part of the upload;"))).await.unwrap();
+    let first = drop_unread(&mut svc, req).await;
+    settle(&stats, GENEROUS).await;
+    Upload { server, connector, stats, svc, tx, first }
+}
+
 /// The server answers (16 KiB) as soon as the head of the upload arrives.
 /// The caller drops the answer unread while still sending the upload: the
 /// drain reads the answer to its end at once, but hyper-util pools the
 /// connection only once the upload is finished too. Then the next request
 /// reuses it.
 #[tokio::test]
-async fn s19_response_drained_before_the_upload_ends_is_reused_after_it() {
-    let server = EarlyAnswerServer::start(19, LEN).await;
-    let connector = RigConnector::new();
-    let client: Client<_, ReqBody> = Client::builder(TokioExecutor::new()).build(connector.clone());
-    let layer = DrainOnDropLayer::new().max_time(GENEROUS);
-    let stats = layer.stats();
-    let mut svc = layer.layer(client);
-
-    let (tx, req) = upload(server.uri("/upload"));
-    tx.send(Ok(Bytes::from_static(b"first part of the upload;"))).await.unwrap();
-    let res = svc.ready().await.unwrap().call(req).await.unwrap();
-    assert_eq!(res.status(), 200, "the caller sees the early answer");
-    let first = conn(&res);
-    drop(res);
-    let s2 = stats.clone();
-    wait_for("the drain to end", GENEROUS + SLACK, || s2.snapshot().in_flight == 0).await;
+async fn response_drained_before_the_upload_ends_is_reused_after_it() {
+    let Upload { server, connector, stats, mut svc, tx, first } = drop_answer_mid_upload().await;
     let s = stats.snapshot();
-    assert_eq!(counted(&s), Counted::DRAINED, "{s:?}");
+    assert_eq!(counted(&s), Counted::drained(1), "{s:?}");
     assert_eq!(s.bytes_drained, LEN as u64, "the whole answer");
     assert_eq!(server.bodies_read(), 0, "the upload is still going on");
 
@@ -99,22 +114,9 @@ async fn s19_response_drained_before_the_upload_ends_is_reused_after_it() {
 /// drain still counts as drained (the answer was read to its end), but hyper
 /// closes the connection for the broken request, and the next request dials.
 #[tokio::test]
-async fn s19_upload_aborted_after_the_drain_closes_the_connection() {
-    let server = EarlyAnswerServer::start(19, LEN).await;
-    let connector = RigConnector::new();
-    let client: Client<_, ReqBody> = Client::builder(TokioExecutor::new()).build(connector.clone());
-    let layer = DrainOnDropLayer::new().max_time(GENEROUS);
-    let stats = layer.stats();
-    let mut svc = layer.layer(client);
-
-    let (tx, req) = upload(server.uri("/upload"));
-    tx.send(Ok(Bytes::from_static(b"first part;"))).await.unwrap();
-    let res = svc.ready().await.unwrap().call(req).await.unwrap();
-    let first = conn(&res);
-    drop(res);
-    let s2 = stats.clone();
-    wait_for("the drain to end", GENEROUS + SLACK, || s2.snapshot().in_flight == 0).await;
-    assert_eq!(counted(&stats.snapshot()), Counted::DRAINED);
+async fn upload_aborted_after_the_drain_closes_the_connection() {
+    let Upload { server, stats, mut svc, tx, first, .. } = drop_answer_mid_upload().await;
+    assert_eq!(counted(&stats.snapshot()), Counted::drained(1));
     // The connection is not idle (the upload is in progress), so it is not
     // in the pool whether or not hyper has acted on the abort yet.
     tx.send(Err(std::io::Error::other("the caller gave up on the upload"))).await.unwrap();

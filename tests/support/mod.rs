@@ -7,27 +7,40 @@
 //!   the connections it opens.
 //! - [`body_bytes`]: the deterministic content every body carries, so a test
 //!   can tell whether bytes of one response showed up in another.
+//! - [`drop_unread`], [`wait_for`] (and [`wait_blocking`] for tests that
+//!   drive runtimes of their own), [`settle`]: early drops and waits with a
+//!   deadline.
 //! - [`Sampler`]: the largest `in_flight` seen while a test runs.
 #![allow(dead_code, unreachable_pub)]
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use drain_on_drop::DrainStats;
-use http::Uri;
+use drain_on_drop::{DrainSnapshot, DrainStats};
+use http::{StatusCode, Uri};
 use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
+use hyper_util::client::legacy::connect::{HttpConnector, HttpInfo};
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
-use tower::Service;
+use tower::{Service, ServiceExt};
+
+pub const KIB: usize = 1024;
+pub const MIB: usize = 1024 * KIB;
+
+/// How long a test waits for what should happen at once, or right after a
+/// time budget runs out. Only a deadline: every wait returns as soon as its
+/// condition holds, so it is generous (2 cores, a debug build, the other
+/// tests of the binary running in parallel).
+pub const SLACK: Duration = Duration::from_secs(5);
 
 /// Byte `i` of the body served for `seed`: a pattern that differs between
 /// bodies and positions, so a misplaced byte is caught.
@@ -77,7 +90,7 @@ type Handler = dyn Fn(&Head) -> Vec<Step> + Send + Sync;
 
 /// A raw HTTP/1.1 server on `127.0.0.1:0`.
 pub struct RawServer {
-    pub addr: std::net::SocketAddr,
+    pub addr: SocketAddr,
     accepted: Arc<AtomicUsize>,
     /// Connections whose serving loop ended because a write failed.
     pub write_failures: Arc<AtomicUsize>,
@@ -133,6 +146,28 @@ impl Drop for RawServer {
     fn drop(&mut self) {
         self.task.abort();
     }
+}
+
+/// A server on `127.0.0.1:0` for hyper's own server connections: hands each
+/// connection it accepts to `serve` on a task of its own. Returns its address
+/// and the number of connections accepted so far.
+pub async fn accept_each<F, Fut>(serve: F) -> (SocketAddr, Arc<AtomicUsize>)
+where
+    F: Fn(TokioIo<TcpStream>) -> Fut + Send + 'static,
+    Fut: Future + Send + 'static,
+    Fut::Output: Send,
+{
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let count = accepted.clone();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            count.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(serve(TokioIo::new(stream)));
+        }
+    });
+    (addr, accepted)
 }
 
 /// Serves one connection until the client closes it or a step ends it.
@@ -262,20 +297,48 @@ pub fn query(path: &str, name: &str) -> Option<u64> {
     })
 }
 
-/// An `HttpConnector` that counts the connections it opens.
+/// An `HttpConnector` (nodelay) that counts the connections it opens.
+///
+/// Two options for the tests that need them: every dial can take longer
+/// ([`with_setup`](Self::with_setup), a far origin), and a test can hold
+/// every dial ([`hold`](Self::hold)) so that only a pooled connection can
+/// serve a request.
 #[derive(Clone)]
 pub struct CountingConnector {
     inner: HttpConnector,
-    pub connects: Arc<AtomicUsize>,
+    connects: Arc<AtomicUsize>,
+    hold: Arc<AtomicBool>,
+    setup: Duration,
 }
+
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 impl CountingConnector {
     pub fn new() -> Self {
         let mut inner = HttpConnector::new();
         inner.set_nodelay(true);
-        CountingConnector { inner, connects: Arc::new(AtomicUsize::new(0)) }
+        CountingConnector {
+            inner,
+            connects: Arc::new(AtomicUsize::new(0)),
+            hold: Arc::new(AtomicBool::new(false)),
+            setup: Duration::ZERO,
+        }
     }
 
+    /// Makes every dial take `setup` longer than loopback, as a TCP plus TLS
+    /// handshake across a continent would.
+    pub fn with_setup(mut self, setup: Duration) -> Self {
+        self.setup = setup;
+        self
+    }
+
+    /// Holds (or releases) every dial: a held dial waits until released,
+    /// then fails without opening anything.
+    pub fn hold(&self, on: bool) {
+        self.hold.store(on, Ordering::SeqCst);
+    }
+
+    /// Connections opened so far.
     pub fn count(&self) -> usize {
         self.connects.load(Ordering::SeqCst)
     }
@@ -283,17 +346,26 @@ impl CountingConnector {
 
 impl Service<Uri> for CountingConnector {
     type Response = <HttpConnector as Service<Uri>>::Response;
-    type Error = <HttpConnector as Service<Uri>>::Error;
+    type Error = BoxError;
     type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
+        self.inner.poll_ready(cx).map_err(Into::into)
     }
 
     fn call(&mut self, uri: Uri) -> Self::Future {
-        let connects = self.connects.clone();
+        let (connects, hold, setup) = (self.connects.clone(), self.hold.clone(), self.setup);
         let fut = self.inner.call(uri);
         Box::pin(async move {
+            if hold.load(Ordering::SeqCst) {
+                // Held: wait until released (bounded), then refuse, so that
+                // a dial that lost the race to the pool never opens anything.
+                waited(2 * SLACK, || !hold.load(Ordering::SeqCst)).await;
+                return Err("dial held: the test expected a pooled connection".into());
+            }
+            if !setup.is_zero() {
+                tokio::time::sleep(setup).await;
+            }
             let conn = fut.await?;
             connects.fetch_add(1, Ordering::SeqCst);
             Ok(conn)
@@ -315,14 +387,62 @@ pub fn get(uri: Uri) -> http::Request<Empty<Bytes>> {
     http::Request::get(uri).body(Empty::new()).unwrap()
 }
 
-/// Waits until `cond` holds, polling every millisecond, or panics with `what`
-/// after `deadline`.
-pub async fn wait_for(what: &str, deadline: Duration, mut cond: impl FnMut() -> bool) {
-    let start = tokio::time::Instant::now();
+/// The client-side address of the connection that carried `res`: equal
+/// addresses mean the same TCP connection.
+pub fn conn<B>(res: &http::Response<B>) -> SocketAddr {
+    res.extensions().get::<HttpInfo>().expect("HttpConnector puts HttpInfo on every response").local_addr()
+}
+
+/// Sends `req` through `svc`, expects a 200, and drops the response body
+/// unread; returns the connection it came on. Does not wait for the drain.
+pub async fn drop_unread<S, Req, B>(svc: &mut S, req: http::Request<Req>) -> SocketAddr
+where
+    S: Service<http::Request<Req>, Response = http::Response<B>>,
+    S::Error: std::fmt::Debug,
+{
+    let what = format!("{} {}", req.method(), req.uri());
+    let ready = svc.ready().await.unwrap_or_else(|e| panic!("{what}: the service is not ready: {e:?}"));
+    let res =
+        ready.call(req).await.unwrap_or_else(|e| panic!("{what}: the response head should arrive: {e:?}"));
+    assert_eq!(res.status(), StatusCode::OK, "{what}: the caller sees the scripted status");
+    let at = conn(&res);
+    drop(res);
+    at
+}
+
+/// Whether `cond` came to hold within `deadline`, polling every millisecond.
+pub async fn waited(deadline: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
     while !cond() {
-        assert!(start.elapsed() < deadline, "timed out after {deadline:?} waiting for {what}");
+        if start.elapsed() >= deadline {
+            return false;
+        }
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
+    true
+}
+
+/// Waits until `cond` holds, or panics with `what` after `deadline`.
+pub async fn wait_for(what: &str, deadline: Duration, cond: impl FnMut() -> bool) {
+    assert!(waited(deadline, cond).await, "timed out after {deadline:?} waiting for {what}");
+}
+
+/// [`wait_for`] on a plain thread, for tests that drive runtimes of their own.
+pub fn wait_blocking(what: &str, deadline: Duration, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(start.elapsed() < deadline, "timed out after {deadline:?} waiting for {what}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Waits until no drain runs, at most `max_time` (the layer's time budget)
+/// plus [`SLACK`], and returns the counters then.
+pub async fn settle(stats: &DrainStats, max_time: Duration) -> DrainSnapshot {
+    let deadline = max_time.saturating_add(SLACK);
+    wait_for("every drain to end within max_time + SLACK", deadline, || stats.snapshot().in_flight == 0)
+        .await;
+    stats.snapshot()
 }
 
 /// Reads a whole body, returning its bytes.
