@@ -89,7 +89,7 @@ impl Policy {
             Policy::HyperAlone => Kind::HyperAlone,
             Policy::DefaultFixed | Policy::BigFixed | Policy::Adaptive => Kind::Layer,
         };
-        BenchClient::with_http_info(kind, self.layer(), net)
+        BenchClient::observed(kind, self.layer(), net)
     }
 
     /// The issue author's figures (their own proxy, 20 requests, 1 MiB

@@ -1,29 +1,48 @@
 //! Adaptive budgets: per-origin estimates of what a new connection costs and
-//! how fast bytes arrive, turned into the budget of each drain.
+//! how fast the link delivers a drained body, turned into the budget of each
+//! drain.
 //!
 //! The rule: a drain may spend at most what a new connection would cost.
-//! Its time budget is the origin's estimated connection setup cost (times
-//! [`FACTOR`]), and its byte budget what the origin's throughput moves in that
-//! time. A body whose known remaining length is above that is not drained
-//! at all, exactly as with fixed budgets. Until an origin has been seen on a
-//! new connection, the fixed budgets apply.
+//! Its time budget is the origin's connection setup cost (times [`FACTOR`]),
+//! and its byte budget what the link moves in that time. A body whose known
+//! remaining length is above that is not drained at all, exactly as with
+//! fixed budgets.
 //!
-//! The estimates, per origin:
-//! - **setup cost**: the connector's own time when an `ObserveConnector` is
-//!   installed; otherwise the time from the call to the response head on
-//!   new connections minus that on reused ones (half the former, two thirds
-//!   for `https`, until a reused connection was seen). New and reused
-//!   connections are told apart by the connection's local address in
-//!   hyper-util's `HttpInfo`, or by the observer's tag.
-//! - **throughput**: bytes per second of drains and of bodies that callers
-//!   read to the end (transfers of 16 KiB or more); 100 Mbit/s until one is
-//!   measured. When the estimate is more than 10 s old, the next drop probes
-//!   with the byte ceiling (still within the setup-cost time), so an origin
-//!   whose estimate stopped all drains is measured again.
+//! **Setup cost** is the connector's own time to open a connection (TCP,
+//! and TLS when the observed connector does TLS), measured by an
+//! `ObserveConnector` on every new connection. Without an observer the
+//! layer does not estimate it: an origin without a measured setup cost
+//! gets the fixed budgets. Head times cannot stand in for it: the time from
+//! the call to the response head on a new connection minus that on a reused
+//! one is server think time and queueing as much as setup, and new
+//! connections are rare once drains succeed, so one slow endpoint that
+//! happened to open the connection (400 ms) became a 400 ms "setup cost" for
+//! the origin; windowed minima do not help with one or two samples.
+//!
+//! **Throughput** is measured on drains only, never on bodies callers read
+//! (a caller's reading pace is not the link's: a proxy streaming to a slow
+//! client read at 163 KB/s from a 500 MB/s origin). A drain's sample counts
+//! the bytes that arrived after its first wait for the server, over the time
+//! since that wait, so bytes already buffered at the drop do not inflate it;
+//! a drain that never waited says nothing about the link. The estimate is
+//! the highest of the last [`RATE_SAMPLES`] samples: one sample taken while
+//! cross traffic shared the link must not stop all drains for seconds when
+//! earlier samples said the link is fast. If the link really slowed down, an
+//! over-estimate costs at most one setup cost of time per drain (the time
+//! budget), and each such drain is a lower sample.
+//!
+//! **Until throughput is measured** an origin gets the larger of the fixed
+//! budgets and what [`UNMEASURED_THROUGHPUT`] moves in its setup cost, so a
+//! short run is never worse than the fixed default (a LAN origin drains what
+//! the default drains), a far origin drains large bodies from the first drop,
+//! and either way the drain measures the link.
+//!
+//! When the throughput estimate is more than [`PROBE_AFTER`] old, the next
+//! drop probes with the byte ceiling (still within the setup-cost time), so
+//! an origin whose estimate stopped all drains is measured again.
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -42,28 +61,20 @@ pub(crate) const DEFAULT_CEILING_BYTES: u64 = 4 * 1024 * 1024;
 pub(crate) const DEFAULT_CEILING_TIME: Duration = Duration::from_secs(1);
 /// Origins tracked per layer; the least recently used is forgotten first.
 pub(crate) const MAX_ORIGINS: usize = 256;
-/// Local addresses remembered per origin to tell new connections from
-/// reused ones when no `ObserveConnector` tags them.
-const MAX_LOCAL_ADDRS: usize = 64;
-/// Weight of a new sample in the running averages.
+/// Weight of a new sample in the setup-cost average.
 const ALPHA: f64 = 0.25;
-/// When no transfer refreshed the throughput estimate for this long (or
-/// none was measured since the first budget), the next early drop gets the
-/// ceiling byte budget whatever the estimate says, still bounded by the
-/// setup cost in time, so a low estimate that stopped all drains is measured
-/// again. At most one such probe per origin per interval: its cost, at most
-/// one setup cost of link time, is bounded in time rather than a share of
-/// the early drops.
+/// Drain rates kept per origin; the estimate is their maximum.
+const RATE_SAMPLES: usize = 8;
+/// When no drain refreshed the throughput estimate for this long, the next
+/// early drop gets the ceiling byte budget whatever the estimate says,
+/// still bounded by the setup cost in time. At most one such probe per
+/// origin per interval: its cost, at most one setup cost of link time, is
+/// bounded in time rather than a share of the early drops.
 const PROBE_AFTER: Duration = Duration::from_secs(10);
 /// Throughput assumed until one is measured (100 Mbit/s, a common access
-/// link): enough for far origins, whose setup cost is long, to drain large
-/// bodies from the first drop, while a near origin does not start a drain
-/// that only a faster link could finish within its short setup cost. The
-/// first transfer of 16 KiB or more (a drain, or a body a caller reads)
-/// replaces it.
+/// link), for far origins: their long setup cost then buys a large budget
+/// from the first drop.
 const UNMEASURED_THROUGHPUT: f64 = 12.5e6;
-/// How fast the skewed head-time estimates move against their skew.
-const SKEW_DECAY: f64 = 0.1;
 /// Transfers shorter than this say little about throughput.
 const MIN_TRANSFER_BYTES: u64 = 16 * 1024;
 
@@ -89,10 +100,6 @@ impl OriginKey {
             port,
         })
     }
-
-    fn is_tls(&self) -> bool {
-        &*self.scheme == "https"
-    }
 }
 
 impl fmt::Display for OriginKey {
@@ -117,77 +124,44 @@ impl Ewma {
             None => x,
         });
     }
-
-    /// Rises fast and falls slowly: for head times on new connections, where
-    /// the first use of a connection that hyper-util dialled in the
-    /// background (its checkout raced the dial and won) looks new but paid
-    /// no setup, and must not erase the samples that did.
-    fn add_peak(&mut self, x: f64) {
-        self.add_skewed(x, x > self.value.unwrap_or(x));
-    }
-
-    /// Falls fast and rises slowly: for head times on reused connections,
-    /// where a request that waited for a drain to hand its connection back
-    /// looks slow but says nothing about the round trip.
-    fn add_floor(&mut self, x: f64) {
-        self.add_skewed(x, x < self.value.unwrap_or(x));
-    }
-
-    fn add_skewed(&mut self, x: f64, toward: bool) {
-        self.samples += 1;
-        self.value = Some(match self.value {
-            Some(v) if toward => v + (x - v) * 0.5,
-            Some(v) => v + (x - v) * SKEW_DECAY,
-            None => x,
-        });
-    }
 }
 
 #[derive(Debug, Default)]
 struct Estimates {
-    /// Seconds the connector took to open a connection, from an
-    /// `ObserveConnector`'s tag: the setup cost itself, when known.
+    /// Seconds the connector took to open a connection, from the observer.
     connect: Ewma,
-    /// Seconds from the call to the response head on a new connection
-    /// (peak-weighted, see [`Ewma::add_peak`]).
-    head_new: Ewma,
-    /// The same on a reused connection (floor-weighted, see [`Ewma::add_floor`]).
-    head_reused: Ewma,
-    /// Bytes per second of body transfers (drains and callers reading).
-    throughput: Ewma,
-    /// Local addresses of connections already seen.
-    local_addrs: VecDeque<SocketAddr>,
-    /// The origin's scheme is `https`.
-    tls: bool,
+    /// Bytes per second of the last drains that waited for the link.
+    rates: VecDeque<f64>,
     /// When the throughput was last measured or probed for (or the first
     /// budget handed out, before any measurement).
     throughput_at: Option<Instant>,
+    reused_responses: u64,
 }
 
 impl Estimates {
-    /// Seconds a new connection costs: the connector's own time when an
-    /// observer measured it; otherwise the head time on new connections
-    /// minus that on reused ones, or, until the latter is known, the share of
-    /// the former that setting up takes: one round trip of the two it takes
-    /// to get a head on plain TCP, two of three with TLS 1.3.
     fn setup_cost(&self) -> Option<f64> {
-        if let Some(connect) = self.connect.value {
-            return Some(connect);
-        }
-        let new = self.head_new.value?;
-        Some(match self.head_reused.value {
-            Some(reused) => (new - reused).max(0.0),
-            None if self.tls => new * 2.0 / 3.0,
-            None => new / 2.0,
-        })
+        self.connect.value
     }
 
-    fn budget(&self, ceiling: DrainBudget) -> Option<DrainBudget> {
+    fn throughput(&self) -> Option<f64> {
+        self.rates.iter().copied().reduce(f64::max)
+    }
+
+    /// `None` while the setup cost is unknown: the fixed budgets apply.
+    fn budget(&self, ceiling: DrainBudget, fixed: DrainBudget) -> Option<DrainBudget> {
         let setup = self.setup_cost()?;
         let time = (setup * FACTOR).min(ceiling.max_time.as_secs_f64());
-        let rate = self.throughput.value.unwrap_or(UNMEASURED_THROUGHPUT);
-        let bytes = ((rate * time) as u64).min(ceiling.max_bytes);
-        Some(DrainBudget::new(bytes, Duration::from_secs_f64(time)))
+        let budget = match self.throughput() {
+            Some(rate) => DrainBudget::new((rate * time) as u64, Duration::from_secs_f64(time)),
+            None => {
+                let prior = (UNMEASURED_THROUGHPUT * time) as u64;
+                DrainBudget::new(
+                    prior.max(fixed.max_bytes),
+                    Duration::from_secs_f64(time).max(fixed.max_time),
+                )
+            }
+        };
+        Some(DrainBudget::new(budget.max_bytes.min(ceiling.max_bytes), budget.max_time.min(ceiling.max_time)))
     }
 }
 
@@ -195,8 +169,6 @@ impl Estimates {
 pub(crate) struct Origin {
     key: OriginKey,
     last_used: AtomicU64,
-    /// Drains of this origin's bodies running now.
-    draining: AtomicU64,
     estimates: Mutex<Estimates>,
 }
 
@@ -206,102 +178,47 @@ impl fmt::Debug for Origin {
     }
 }
 
-/// Marks a drain of an origin's body as running until dropped.
-pub(crate) struct Draining(Arc<Origin>);
-
-impl Draining {
-    pub(crate) fn origin(&self) -> &Origin {
-        &self.0
-    }
-}
-
-impl Drop for Draining {
-    fn drop(&mut self) {
-        self.0.draining.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
 impl Origin {
     fn estimates(&self) -> MutexGuard<'_, Estimates> {
         // A panic while holding the lock cannot leave the averages invalid.
         self.estimates.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Whether a drain of this origin's bodies is running.
-    pub(crate) fn is_draining(&self) -> bool {
-        self.draining.load(Ordering::Relaxed) > 0
-    }
-
-    /// Counts a drain as running until the guard is dropped.
-    pub(crate) fn start_drain(self: Arc<Self>) -> Draining {
-        self.draining.fetch_add(1, Ordering::Relaxed);
-        Draining(self)
-    }
-
-    /// Records a response head that took `head` from the call. `observed`
-    /// is the observer's word when there is one (reused, connector time);
-    /// otherwise the connection's local address tells whether it was seen
-    /// before. A request sent `while_draining` may have waited for the drain
-    /// to hand its connection back: its head time on a reused connection
-    /// says nothing about the round trip and is not recorded.
-    pub(crate) fn record_head(
-        &self,
-        head: Duration,
-        while_draining: bool,
-        observed: Option<(bool, Duration)>,
-        local_addr: Option<SocketAddr>,
-    ) {
+    /// Records what the observer said about a response's connection: a new
+    /// connection's setup time, or one more reused response.
+    pub(crate) fn record_connection(&self, reused: bool, setup_time: Duration) {
         let mut est = self.estimates();
-        let reused = match (observed, local_addr) {
-            (Some((reused, connect)), _) => {
-                if !reused {
-                    est.connect.add(connect.as_secs_f64());
-                }
-                reused
-            }
-            (None, Some(addr)) => {
-                let seen = est.local_addrs.contains(&addr);
-                if !seen {
-                    if est.local_addrs.len() == MAX_LOCAL_ADDRS {
-                        est.local_addrs.pop_front();
-                    }
-                    est.local_addrs.push_back(addr);
-                }
-                seen
-            }
-            (None, None) => return,
-        };
-        let sample = head.as_secs_f64();
-        if reused && while_draining {
-            return;
-        }
         if reused {
-            est.head_reused.add_floor(sample);
+            est.reused_responses += 1;
         } else {
-            est.head_new.add_peak(sample);
+            est.connect.add(setup_time.as_secs_f64());
         }
     }
 
-    /// Records `bytes` of body that took `elapsed` to arrive.
-    pub(crate) fn record_transfer(&self, bytes: u64, elapsed: Duration) {
+    /// Records that a drain received `bytes` from the link in `elapsed`
+    /// (counted from its first wait for the server).
+    pub(crate) fn record_drain(&self, bytes: u64, elapsed: Duration) {
         if bytes < MIN_TRANSFER_BYTES {
             return;
         }
-        let secs = elapsed.as_secs_f64().max(1e-6);
+        let rate = bytes as f64 / elapsed.as_secs_f64().max(1e-6);
         let mut est = self.estimates();
-        est.throughput.add(bytes as f64 / secs);
+        if est.rates.len() == RATE_SAMPLES {
+            est.rates.pop_front();
+        }
+        est.rates.push_back(rate);
         est.throughput_at = Some(Instant::now());
     }
 
     /// The budget an early drop from this origin gets now, or `None` while
-    /// the origin has not been seen on a new connection.
-    pub(crate) fn budget(&self, ceiling: DrainBudget) -> Option<DrainBudget> {
-        self.budget_at(ceiling, Instant::now())
+    /// the setup cost is unknown (no observer, or no new connection yet).
+    pub(crate) fn budget(&self, ceiling: DrainBudget, fixed: DrainBudget) -> Option<DrainBudget> {
+        self.budget_at(ceiling, fixed, Instant::now())
     }
 
-    fn budget_at(&self, ceiling: DrainBudget, now: Instant) -> Option<DrainBudget> {
+    fn budget_at(&self, ceiling: DrainBudget, fixed: DrainBudget, now: Instant) -> Option<DrainBudget> {
         let mut est = self.estimates();
-        let budget = est.budget(ceiling)?;
+        let budget = est.budget(ceiling, fixed)?;
         // Counted from the first budget when nothing was measured yet.
         let since = *est.throughput_at.get_or_insert(now);
         let stale = now.saturating_duration_since(since) >= PROBE_AFTER;
@@ -312,25 +229,25 @@ impl Origin {
         Some(budget)
     }
 
-    /// The estimates a drop is decided with, and the budget they give.
+    /// The estimates a drop is decided with, and the budget they gave.
     pub(crate) fn view(&self, budget: Option<DrainBudget>) -> AdaptiveView {
         let est = self.estimates();
         AdaptiveView {
             setup_cost: est.setup_cost().map(Duration::from_secs_f64),
-            throughput: est.throughput.value.map(|v| v as u64),
+            throughput: est.throughput().map(|v| v as u64),
             budget,
         }
     }
 
-    fn snapshot(&self, ceiling: DrainBudget) -> OriginSnapshot {
+    fn snapshot(&self, ceiling: DrainBudget, fixed: DrainBudget) -> OriginSnapshot {
         let est = self.estimates();
         OriginSnapshot {
             origin: self.key.to_string(),
             setup_cost: est.setup_cost().map(Duration::from_secs_f64),
-            throughput: est.throughput.value.map(|v| v as u64),
-            budget: est.budget(ceiling),
-            new_connections: est.head_new.samples,
-            reused_responses: est.head_reused.samples,
+            throughput: est.throughput().map(|v| v as u64),
+            budget: est.budget(ceiling, fixed),
+            new_connections: est.connect.samples,
+            reused_responses: est.reused_responses,
         }
     }
 }
@@ -342,19 +259,20 @@ impl Origin {
 pub struct OriginSnapshot {
     /// `scheme://host:port`, never the userinfo.
     pub origin: String,
-    /// Estimated cost of a new connection (see
-    /// [`DrainOnDropLayer::adaptive`](crate::DrainOnDropLayer::adaptive)).
-    /// `None` before the first new connection.
+    /// Estimated cost of a new connection: the observer's connector time
+    /// (see [`DrainOnDropLayer::adaptive`](crate::DrainOnDropLayer::adaptive)).
+    /// `None` before the first new connection, and without an observer.
     pub setup_cost: Option<Duration>,
-    /// Estimated body throughput in bytes per second, from drains and from
-    /// callers reading bodies. `None` before the first transfer of 16 KiB or more.
+    /// Estimated link throughput in bytes per second: the highest of the last
+    /// drains' rates. `None` before a drain received 16 KiB or more from the
+    /// link.
     pub throughput: Option<u64>,
     /// The budget an early drop from this origin gets now: the decision
     /// threshold. `None` while the fixed budgets apply.
     pub budget: Option<DrainBudget>,
-    /// Response heads seen on new connections.
+    /// New connections the observer measured.
     pub new_connections: u64,
-    /// Response heads seen on reused connections.
+    /// Responses on reused connections.
     pub reused_responses: u64,
 }
 
@@ -389,8 +307,7 @@ impl Origins {
         let origin = Arc::new(Origin {
             key: key.clone(),
             last_used: AtomicU64::new(now),
-            draining: AtomicU64::new(0),
-            estimates: Mutex::new(Estimates { tls: key.is_tls(), ..Estimates::default() }),
+            estimates: Mutex::new(Estimates::default()),
         });
         table.insert(key.clone(), origin.clone());
         origin
@@ -402,9 +319,9 @@ impl Origins {
     }
 
     /// Every origin's estimates, with budgets under `ceiling`.
-    pub(crate) fn snapshot(&self, ceiling: DrainBudget) -> Vec<OriginSnapshot> {
+    pub(crate) fn snapshot(&self, ceiling: DrainBudget, fixed: DrainBudget) -> Vec<OriginSnapshot> {
         let origins: Vec<Arc<Origin>> = self.table().values().cloned().collect();
-        let mut out: Vec<_> = origins.iter().map(|o| o.snapshot(ceiling)).collect();
+        let mut out: Vec<_> = origins.iter().map(|o| o.snapshot(ceiling, fixed)).collect();
         out.sort_by(|a, b| a.origin.cmp(&b.origin));
         out
     }
@@ -415,44 +332,57 @@ mod tests {
     use super::*;
 
     const CEILING: DrainBudget = DrainBudget { max_bytes: 4 << 20, max_time: Duration::from_secs(1) };
+    const FIXED: DrainBudget = DrainBudget { max_bytes: 256 << 10, max_time: Duration::from_millis(50) };
 
-    /// A plain-HTTP origin: without a reused sample its setup cost is half
-    /// the new-connection head time.
     fn origin() -> Arc<Origin> {
         let key = OriginKey::from_uri(&"http://a.example/x".parse().unwrap()).unwrap();
         Origins::default().get(&key)
     }
 
-    #[test]
-    fn no_budget_before_a_new_connection_was_seen() {
-        assert_eq!(origin().budget(CEILING), None);
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
     }
 
     #[test]
-    fn setup_cost_is_new_minus_reused_head_time() {
+    fn no_budget_without_a_measured_setup_cost() {
         let o = origin();
-        let addr = |port| SocketAddr::from(([127, 0, 0, 1], port));
-        for port in [1000, 1001] {
-            o.record_head(Duration::from_millis(300), false, None, Some(addr(port)));
-        }
-        // Half the new-connection head time until a reused one is seen.
-        let b = o.budget(CEILING).unwrap();
-        assert!((b.max_time.as_secs_f64() - 0.150).abs() < 1e-3, "{b:?}");
-        for _ in 0..5 {
-            o.record_head(Duration::from_millis(100), false, None, Some(addr(1000)));
-        }
-        let b = o.budget(CEILING).unwrap();
-        assert!((b.max_time.as_secs_f64() - 0.200).abs() < 1e-3, "{b:?}");
-        assert_eq!(b.max_bytes, 2_500_000, "throughput unknown: 100 Mbit/s for 200 ms");
-        // 1 MB/s for 200 ms: 200 kB.
-        o.record_transfer(1_000_000, Duration::from_secs(1));
-        let b = o.budget(CEILING).unwrap();
+        assert_eq!(o.budget(CEILING, FIXED), None);
+        o.record_connection(true, Duration::ZERO);
+        assert_eq!(o.budget(CEILING, FIXED), None, "reused responses say nothing about setup");
+    }
+
+    #[test]
+    fn until_measured_the_budget_is_the_larger_of_fixed_and_the_prior() {
+        let near = origin();
+        near.record_connection(false, ms(2));
+        assert_eq!(near.budget(CEILING, FIXED), Some(FIXED), "a LAN origin drains what the default drains");
+        let far = origin();
+        far.record_connection(false, ms(200));
+        let b = far.budget(CEILING, FIXED).unwrap();
+        assert_eq!(b, DrainBudget::new(2_500_000, ms(200)), "100 Mbit/s for 200 ms");
+    }
+
+    #[test]
+    fn throughput_is_the_highest_recent_drain_rate_and_probes_when_stale() {
+        let o = origin();
+        o.record_connection(false, ms(200));
+        o.record_drain(1_000_000, Duration::from_secs(1)); // 1 MB/s
+        o.record_drain(10_000, Duration::from_secs(1)); // too small to say anything
+        let b = o.budget(CEILING, FIXED).unwrap();
         assert!((b.max_bytes as i64 - 200_000).abs() < 1_000, "{b:?}");
-        // A fresh estimate gets no probe; a stale one gets one probe with the
-        // byte ceiling, in the same time.
-        assert!((0..8).all(|_| o.budget(CEILING).unwrap() == b));
+        // One slow sample (cross traffic) does not pull the estimate down.
+        o.record_drain(100_000, Duration::from_secs(1));
+        assert_eq!(o.budget(CEILING, FIXED).unwrap(), b);
+        // A link that stays slow does, once the fast sample leaves the window.
+        for _ in 0..RATE_SAMPLES {
+            o.record_drain(100_000, Duration::from_secs(1));
+        }
+        let slow = o.budget(CEILING, FIXED).unwrap();
+        assert!((slow.max_bytes as i64 - 20_000).abs() < 1_000, "{slow:?}");
+        // A fresh estimate gets no probe; a stale one gets one, in the same time.
+        assert!((0..8).all(|_| o.budget(CEILING, FIXED).unwrap() == slow));
         let later = Instant::now() + PROBE_AFTER * 2;
-        let budgets: Vec<_> = (0..4).map(|_| o.budget_at(CEILING, later).unwrap()).collect();
+        let budgets: Vec<_> = (0..4).map(|_| o.budget_at(CEILING, FIXED, later).unwrap()).collect();
         let probes = budgets.iter().filter(|b| b.max_bytes == CEILING.max_bytes).count();
         assert_eq!(probes, 1, "{budgets:?}");
         assert!(budgets.iter().all(|b| b.max_time == budgets[0].max_time));
@@ -461,17 +391,17 @@ mod tests {
     #[test]
     fn ceilings_bound_the_budget() {
         let o = origin();
-        o.record_head(Duration::from_secs(30), false, Some((false, Duration::from_secs(30))), None);
-        let b = o.budget(CEILING).unwrap();
-        assert_eq!(b, CEILING);
+        o.record_connection(false, Duration::from_secs(30));
+        assert_eq!(o.budget(CEILING, FIXED).unwrap(), CEILING);
+        o.record_drain(1 << 30, Duration::from_secs(1));
+        assert_eq!(o.budget(CEILING, FIXED).unwrap(), CEILING);
     }
 
     #[test]
     fn the_table_forgets_the_least_recently_used_origin() {
         let origins = Origins::default();
         let key = |i: usize| OriginKey::from_uri(&format!("http://h{i}:80/").parse().unwrap()).unwrap();
-        let first = origins.get(&key(0));
-        first.record_head(Duration::from_millis(10), false, None, None);
+        origins.get(&key(0));
         for i in 1..MAX_ORIGINS {
             origins.get(&key(i));
         }

@@ -2,12 +2,11 @@ use std::fmt;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Buf;
 use http::Response;
 use http_body::{Body, Frame, SizeHint};
-use hyper_util::client::legacy::connect::HttpInfo;
 use tokio::runtime::Handle;
 
 use crate::adaptive::Origin;
@@ -67,8 +66,8 @@ pub(crate) struct DropContext {
     /// Data bytes the caller read.
     pub(crate) caller_read: u64,
     trace: Option<Box<Trace>>,
-    /// In adaptive mode: the origin, and when the head arrived.
-    pub(crate) origin: Option<(Arc<Origin>, Instant)>,
+    /// In adaptive mode: the response's origin.
+    pub(crate) origin: Option<Arc<Origin>>,
 }
 
 impl DropContext {
@@ -107,12 +106,10 @@ where
         if let Some(conn) = reuse {
             request.shared.stats.response(conn.reused);
         }
-        let origin = request.sent.map(|sent| {
-            let local_addr = response.extensions().get::<HttpInfo>().map(HttpInfo::local_addr);
-            let observed = reuse.map(|r| (r.reused, r.setup_time));
-            sent.origin.record_head(sent.at.elapsed(), sent.while_draining, observed, local_addr);
-            (sent.origin, Instant::now())
-        });
+        let origin = request.origin;
+        if let (Some(origin), Some(conn)) = (&origin, reuse) {
+            origin.record_connection(conn.reused, conn.setup_time);
+        }
         // Nothing is left to drain (HEAD, 204, 304, `Content-Length: 0`): no
         // runtime handle, no state, nothing at the drop.
         if response.body().is_end_stream() {
@@ -152,7 +149,7 @@ where
         return;
     }
     let handle = ctx.handle.take();
-    let origin = ctx.origin.as_ref().map(|(origin, _)| origin.clone());
+    let origin = ctx.origin.clone();
     let at = AtDrop {
         head: ctx.head,
         request_budget: ctx.budget,
@@ -238,15 +235,9 @@ where
 }
 
 impl<B> DrainBody<B> {
-    /// The caller reached the end: nothing to do at the drop; in adaptive
-    /// mode the read is a throughput sample for the origin.
+    /// The caller reached the end: nothing to do at the drop.
     fn read_to_end(&mut self) {
-        let Some(Armed { ctx, .. }) = self.armed.take() else {
-            return;
-        };
-        if let Some((origin, head_at)) = ctx.origin {
-            origin.record_transfer(ctx.caller_read, head_at.elapsed());
-        }
+        self.armed = None;
     }
 }
 

@@ -12,7 +12,6 @@ use http_body::Body;
 use tokio::runtime::Handle;
 use tokio::time::Sleep;
 
-use crate::adaptive::Draining;
 use crate::body::DropContext;
 use crate::budget::Allowance;
 use crate::outcome::Reason;
@@ -37,15 +36,15 @@ pub(crate) fn start<B>(
 ) where
     B: Body + Send + Unpin + 'static,
 {
-    let draining = ctx.origin.as_ref().map(|(origin, _)| origin.clone().start_drain());
     let mut task = Drain {
         body: Some(body),
         ctx,
         slot: Some(slot),
         view,
-        draining,
         bytes: 0,
+        first_wait: None,
         crossed: false,
+        failed: false,
         started: Instant::now(),
         polled: false,
     };
@@ -57,21 +56,27 @@ pub(crate) fn start<B>(
     if on_its_runtime && !std::thread::panicking() {
         let mut cx = Context::from_waker(Waker::noop());
         let first = catch_unwind(AssertUnwindSafe(|| task.poll_drain(&mut cx, allowance, None)));
-        let reason = match first {
-            Ok(Poll::Pending) => None,
-            Ok(Poll::Ready(reason)) => Some(reason),
-            Err(_) => Some(policy::unfinished(true, true)),
-        };
-        if let Some(reason) = reason {
-            task.polled = true;
-            return task.finish(reason);
+        match first {
+            Ok(Poll::Pending) => {}
+            // Left to the task: a body that fails in a drop made while the
+            // runtime tears down (its connection task already gone) counts
+            // as the runtime's, when the task is dropped unpolled.
+            Ok(Poll::Ready(Reason::BodyError)) => task.failed = true,
+            Ok(Poll::Ready(reason)) => {
+                task.polled = true;
+                return task.finish(reason);
+            }
+            Err(_) => {
+                task.polled = true;
+                return task.finish(policy::unfinished(true, true));
+            }
         }
     }
     // The join handle is dropped: the task is detached and ends by itself at
     // the end of the body, on the first error, or at the deadline.
     drop(handle.spawn(async move {
         task.polled = true;
-        let reason = task.run(allowance).await;
+        let reason = if task.failed { Reason::BodyError } else { task.run(allowance).await };
         task.finish(reason);
     }));
 }
@@ -85,12 +90,16 @@ struct Drain<B> {
     /// `None` once the outcome was recorded.
     slot: Option<Slot>,
     view: Option<AdaptiveView>,
-    draining: Option<Draining>,
     /// Data bytes read so far.
     bytes: u64,
+    /// When the body first had to wait for the server, and the bytes read
+    /// before: in adaptive mode, what came after is the link's throughput.
+    first_wait: Option<(Instant, u64)>,
     /// A data frame took `bytes` past the allowance: one more frame is read
     /// to see whether the body ends there.
     crossed: bool,
+    /// The body failed in the first step, at the drop.
+    failed: bool,
     started: Instant,
     polled: bool,
 }
@@ -139,6 +148,9 @@ where
             }
             let frame = match Pin::new(&mut *body).poll_frame(cx) {
                 Poll::Pending => {
+                    if self.first_wait.is_none() && self.ctx.origin.is_some() {
+                        self.first_wait = Some((Instant::now(), self.bytes));
+                    }
                     if let Some(deadline) = deadline {
                         ready!(deadline.poll(cx));
                         return Poll::Ready(Reason::OverTime);
@@ -183,8 +195,9 @@ impl<B> Drain<B> {
             return;
         }
         let elapsed = self.started.elapsed();
-        if let Some(draining) = self.draining.take() {
-            draining.origin().record_transfer(self.bytes, elapsed);
+        let link_limited = matches!(reason, Reason::EndOfBody | Reason::OverBytes | Reason::OverTime);
+        if let (Some(origin), Some((at, before)), true) = (&self.ctx.origin, self.first_wait, link_limited) {
+            origin.record_drain(self.bytes - before, at.elapsed());
         }
         self.ctx.record(reason, self.bytes, elapsed, self.view);
         drop(self.slot.take());

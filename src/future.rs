@@ -4,7 +4,6 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
-use std::time::Instant;
 
 use http::{Request, Response};
 use http_body::Body;
@@ -64,26 +63,14 @@ pub(crate) struct RequestInfo {
     pub(crate) budget: Option<DrainBudget>,
     /// The span and origin for the drop's event, when DEBUG is enabled.
     pub(crate) trace: Option<Box<Trace>>,
-    /// In adaptive mode: where and when the request went.
-    pub(crate) sent: Option<SentTo>,
-}
-
-/// In adaptive mode: the request's origin, when it was sent, and whether a
-/// drain from that origin was running then.
-pub(crate) struct SentTo {
-    pub(crate) origin: Arc<Origin>,
-    pub(crate) at: Instant,
-    pub(crate) while_draining: bool,
+    /// In adaptive mode: the request's origin.
+    pub(crate) origin: Option<Arc<Origin>>,
 }
 
 impl RequestInfo {
     pub(crate) fn read<B>(shared: &Arc<Shared>, req: &Request<B>) -> Self {
         let key = || OriginKey::from_uri(req.uri());
-        let sent = shared.config.adaptive.then(key).flatten().map(|key| {
-            let origin = shared.origins.get(&key);
-            let while_draining = origin.is_draining();
-            SentTo { origin, at: Instant::now(), while_draining }
-        });
+        let origin = shared.config.adaptive.then(key).flatten().map(|key| shared.origins.get(&key));
         let trace = tracing::enabled!(target: "drain_on_drop", tracing::Level::DEBUG).then(|| {
             let origin = key().map(|k| k.to_string()).unwrap_or_default();
             Box::new(Trace { span: tracing::Span::current(), origin })
@@ -94,7 +81,7 @@ impl RequestInfo {
             says: RequestSays::read(req.headers()),
             budget: if extensions.is_empty() { None } else { extensions.get::<DrainBudget>().copied() },
             trace,
-            sent,
+            origin,
         }
     }
 
@@ -103,6 +90,6 @@ impl RequestInfo {
     pub(crate) fn none(shared: Arc<Shared>) -> Self {
         let trace = tracing::enabled!(target: "drain_on_drop", tracing::Level::DEBUG)
             .then(|| Box::new(Trace { span: tracing::Span::current(), origin: String::new() }));
-        RequestInfo { shared, says: RequestSays::unknown(), budget: None, trace, sent: None }
+        RequestInfo { shared, says: RequestSays::unknown(), budget: None, trace, origin: None }
     }
 }

@@ -211,33 +211,45 @@ impl DrainOnDropLayer {
     /// Switches to adaptive budgets: per origin, drain only when reading the
     /// rest is expected to cost less than a new connection.
     ///
-    /// For each origin (`scheme://host:port`) the layer estimates what a new
-    /// connection costs and how fast the link delivers bodies. A drain then
-    /// gets a time budget of that setup cost and a byte budget of what the
-    /// link moves in that time; a body whose remaining length is known and
-    /// larger is not drained at all (`declared_over_budget`), and an origin
-    /// where any drain costs more than a reconnect skips them
-    /// (`reconnect_cheaper`). Until an origin has been seen on a new
-    /// connection, the fixed budgets apply.
+    /// For each origin (`scheme://host:port`) the layer keeps what a new
+    /// connection costs (the connector's own time, measured by the
+    /// [`observe`](Self::observe) wrapper: **adaptive mode needs it**; put
+    /// it around the TLS connector so the handshake is counted) and how fast
+    /// the link delivers drained bodies (the highest of the last drains'
+    /// rates). A drain then gets a time budget of that setup cost and a byte
+    /// budget of what the link moves in that time; a body whose remaining
+    /// length is known and larger is not drained at all
+    /// (`declared_over_budget`), and an origin where any drain costs more
+    /// than a reconnect skips them (`reconnect_cheaper`).
+    ///
+    /// Until the link was measured, an origin gets the larger of the fixed
+    /// budgets and what 100 Mbit/s moves in its setup cost, so adaptive mode
+    /// is never below the fixed default on a short run. Without an observer,
+    /// or before the origin's first new connection, the fixed budgets apply.
     ///
     /// [`max_bytes`](Self::max_bytes) and [`max_time`](Self::max_time), when
-    /// set, are hard ceilings; otherwise the ceilings are 4 MiB and 1 s. At
-    /// most 256 origins are tracked per layer, least recently used forgotten
-    /// first; [`origins`](Self::origins) shows the estimates.
-    ///
-    /// Works on a plain `Client::builder(TokioExecutor::new()).build(connector)`
-    /// with `HttpConnector` or an HTTPS connector built on it (new and reused
-    /// connections are told apart by hyper-util's `HttpInfo`); a connector
-    /// that provides no `HttpInfo` needs [`observe`](Self::observe). Default
-    /// is off.
+    /// set, are hard ceilings (and the fixed budgets); otherwise the
+    /// ceilings are 4 MiB and 1 s. At most 256 origins are tracked per layer,
+    /// least recently used forgotten first; [`origins`](Self::origins) shows
+    /// the estimates, and each drop's DEBUG event the figures it was decided
+    /// with. Default is off.
     ///
     /// ```
-    /// # use drain_on_drop::DrainOnDropLayer;
+    /// use drain_on_drop::DrainOnDropLayer;
+    /// use http_body_util::Empty;
+    /// use hyper::body::Bytes;
+    /// use hyper_util::client::legacy::{Client, connect::HttpConnector};
+    /// use hyper_util::rt::TokioExecutor;
+    /// use tower::ServiceBuilder;
+    ///
     /// // Adaptive, never more than 2 MiB or 500 ms per drain.
     /// let layer = DrainOnDropLayer::new()
     ///     .adaptive()
     ///     .max_bytes(2 * 1024 * 1024)
     ///     .max_time(std::time::Duration::from_millis(500));
+    /// let connector = layer.observe(HttpConnector::new()); // measures the setup cost
+    /// let client = Client::builder(TokioExecutor::new()).build::<_, Empty<Bytes>>(connector);
+    /// let svc = ServiceBuilder::new().layer(layer).service(client);
     /// ```
     pub fn adaptive(self) -> Self {
         self.config(|c| c.adaptive = true)
@@ -263,7 +275,7 @@ impl DrainOnDropLayer {
     /// sorted by origin, with the budget an early drop from each would get
     /// now under this layer's ceilings; empty when adaptive mode is off.
     pub fn origins(&self) -> Vec<OriginSnapshot> {
-        self.shared.origins.snapshot(self.shared.config.ceiling())
+        self.shared.origins.snapshot(self.shared.config.ceiling(), self.shared.config.budget())
     }
 
     /// Puts the drain on a response that did not come through a service

@@ -123,9 +123,11 @@
 //! Every fixed budget is wrong somewhere: on a LAN draining 1 MiB steals the
 //! link from the next request and costs more than a new connection; across
 //! regions a new connection costs TCP and TLS round trips and draining wins.
-//! [`DrainOnDropLayer::adaptive`] keeps, per origin, an estimate of what a new
-//! connection costs and of the throughput, and gives each drain a time budget
-//! of the setup cost and a byte budget of what the link moves in that time.
+//! [`DrainOnDropLayer::adaptive`] keeps, per origin, what a new connection
+//! costs (measured by the [`observe`](DrainOnDropLayer::observe) connector
+//! wrapper, which adaptive mode needs) and how fast the link delivers drained
+//! bodies, and gives each drain a time budget of the setup cost and a byte
+//! budget of what the link moves in that time.
 //! [`DrainOnDropLayer::origins`] shows the estimates and the current threshold.
 //!
 //! # Where the layer goes

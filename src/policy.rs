@@ -123,7 +123,7 @@ pub(crate) fn decide(shared: &Shared, at: &AtDrop<'_>) -> (Decision, Option<Drai
         }
         let budget = match (at.request_budget, at.origin) {
             (Some(budget), _) => budget,
-            (None, Some(origin)) => match origin.budget(config.ceiling()) {
+            (None, Some(origin)) => match origin.budget(config.ceiling(), config.budget()) {
                 Some(budget) => {
                     adaptive_budget = Some(budget);
                     if !budget.is_enabled() {
@@ -131,7 +131,7 @@ pub(crate) fn decide(shared: &Shared, at: &AtDrop<'_>) -> (Decision, Option<Drai
                     }
                     budget
                 }
-                // Not seen on a new connection yet: the fixed budgets.
+                // No setup cost measured (no observer, or no new connection yet).
                 None => config.budget(),
             },
             (None, None) => config.budget(),

@@ -12,7 +12,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use drain_on_drop::{DrainOnDrop, DrainOnDropLayer, DrainSnapshot};
+use drain_on_drop::{DrainOnDrop, DrainOnDropLayer, DrainSnapshot, ObserveConnector};
 use http::{Request, Response, Uri};
 use http_body::Body;
 use http_body_util::{BodyExt, Empty};
@@ -227,11 +227,14 @@ impl AsyncWrite for Conn {
 }
 
 type HyperClient = Client<CountingConnector, Empty<Bytes>>;
+type ObservedClient = Client<ObserveConnector<CountingConnector>, Empty<Bytes>>;
 
 #[derive(Clone)]
 enum Svc {
     Bare(HyperClient),
     Layer(DrainOnDrop<HyperClient>),
+    ObservedBare(ObservedClient),
+    ObservedLayer(DrainOnDrop<ObservedClient>),
 }
 
 /// One of the clients compared, with its own connection pool and connector.
@@ -251,12 +254,22 @@ impl BenchClient {
     }
 
     /// A client whose connector reports connection addresses
-    /// ([`CountingConnector::with_http_info`]): under `layer` when given
-    /// (as [`Kind::Layer`]), otherwise bare, with the caller behaving as
-    /// `kind` says.
-    pub fn with_http_info(kind: Kind, layer: Option<DrainOnDropLayer>, net: &Net) -> BenchClient {
+    /// ([`CountingConnector::with_http_info`]) and is wrapped in the layer's
+    /// observer (which adaptive mode needs to measure setup costs): under
+    /// `layer` when given (as [`Kind::Layer`]), otherwise bare (observed
+    /// into throwaway stats, so every client pays the same), with the
+    /// caller behaving as `kind` says.
+    pub fn observed(kind: Kind, layer: Option<DrainOnDropLayer>, net: &Net) -> BenchClient {
         let kind = if layer.is_some() { Kind::Layer } else { kind };
-        BenchClient::build(kind, layer, CountingConnector::with_http_info(net))
+        let connector = CountingConnector::with_http_info(net);
+        let stats = layer.as_ref().map(DrainOnDropLayer::stats).unwrap_or_default();
+        let client =
+            Client::builder(TokioExecutor::new()).build(ObserveConnector::new(connector.clone(), stats));
+        let svc = match &layer {
+            None => Svc::ObservedBare(client),
+            Some(layer) => Svc::ObservedLayer(ServiceBuilder::new().layer(layer.clone()).service(client)),
+        };
+        BenchClient { kind, svc, connector, layer }
     }
 
     fn build(kind: Kind, layer: Option<DrainOnDropLayer>, connector: CountingConnector) -> BenchClient {
@@ -283,6 +296,8 @@ impl BenchClient {
         match &mut self.svc {
             Svc::Bare(svc) => send(svc, req, read).await,
             Svc::Layer(svc) => send(svc, req, read).await,
+            Svc::ObservedBare(svc) => send(svc, req, read).await,
+            Svc::ObservedLayer(svc) => send(svc, req, read).await,
         }
     }
 
