@@ -25,11 +25,13 @@
 //! the bytes that arrived after its first wait for the server, over the time
 //! since that wait, so bytes already buffered at the drop do not inflate it;
 //! a drain that never waited says nothing about the link. The estimate is
-//! the highest of the last [`RATE_SAMPLES`] samples: one sample taken while
-//! cross traffic shared the link must not stop all drains for seconds when
-//! earlier samples said the link is fast. If the link really slowed down, an
-//! over-estimate costs at most one setup cost of time per drain (the time
-//! budget), and each such drain is a lower sample.
+//! the highest of the last [`RATE_SAMPLES`] samples, and of the prior
+//! ([`UNMEASURED_THROUGHPUT`]) until that many were taken: one sample taken
+//! while cross traffic shared the link must not stop all drains for seconds
+//! when earlier samples (or, before any, the prior) said the link is fast.
+//! If the link really is slower, an over-estimate costs at most one setup
+//! cost of time per drain (the time budget), and each such drain is a lower
+//! sample; after [`RATE_SAMPLES`] of them the estimate is the link's.
 //!
 //! **Until throughput is measured** an origin gets the larger of the fixed
 //! budgets and what [`UNMEASURED_THROUGHPUT`] moves in its setup cost, so a
@@ -143,7 +145,16 @@ impl Estimates {
         self.connect.value
     }
 
+    /// The highest of the recent drain rates; the prior counts as one of
+    /// them until [`RATE_SAMPLES`] were measured, so a first sample taken
+    /// under cross traffic does not stop all drains either.
     fn throughput(&self) -> Option<f64> {
+        let measured = self.rates.iter().copied().reduce(f64::max)?;
+        Some(if self.rates.len() < RATE_SAMPLES { measured.max(UNMEASURED_THROUGHPUT) } else { measured })
+    }
+
+    /// The throughput measured by drains alone, for snapshots and events.
+    fn measured_throughput(&self) -> Option<f64> {
         self.rates.iter().copied().reduce(f64::max)
     }
 
@@ -234,7 +245,7 @@ impl Origin {
         let est = self.estimates();
         AdaptiveView {
             setup_cost: est.setup_cost().map(Duration::from_secs_f64),
-            throughput: est.throughput().map(|v| v as u64),
+            throughput: est.measured_throughput().map(|v| v as u64),
             budget,
         }
     }
@@ -244,7 +255,7 @@ impl Origin {
         OriginSnapshot {
             origin: self.key.to_string(),
             setup_cost: est.setup_cost().map(Duration::from_secs_f64),
-            throughput: est.throughput().map(|v| v as u64),
+            throughput: est.measured_throughput().map(|v| v as u64),
             budget: est.budget(ceiling, fixed),
             new_connections: est.connect.samples,
             reused_responses: est.reused_responses,
@@ -368,8 +379,12 @@ mod tests {
         o.record_connection(false, ms(200));
         o.record_drain(1_000_000, Duration::from_secs(1)); // 1 MB/s
         o.record_drain(10_000, Duration::from_secs(1)); // too small to say anything
+        // Below the prior: the prior still counts until enough samples.
         let b = o.budget(CEILING, FIXED).unwrap();
-        assert!((b.max_bytes as i64 - 200_000).abs() < 1_000, "{b:?}");
+        assert_eq!(b.max_bytes, 2_500_000, "{b:?}");
+        o.record_drain(20_000_000, Duration::from_secs(1)); // 20 MB/s
+        let b = o.budget(CEILING, FIXED).unwrap();
+        assert!((b.max_bytes as i64 - 4_000_000).abs() < 1_000, "{b:?}");
         // One slow sample (cross traffic) does not pull the estimate down.
         o.record_drain(100_000, Duration::from_secs(1));
         assert_eq!(o.budget(CEILING, FIXED).unwrap(), b);
@@ -379,6 +394,7 @@ mod tests {
         }
         let slow = o.budget(CEILING, FIXED).unwrap();
         assert!((slow.max_bytes as i64 - 20_000).abs() < 1_000, "{slow:?}");
+        assert_eq!(o.view(None).throughput, Some(100_000));
         // A fresh estimate gets no probe; a stale one gets one, in the same time.
         assert!((0..8).all(|_| o.budget(CEILING, FIXED).unwrap() == slow));
         let later = Instant::now() + PROBE_AFTER * 2;
