@@ -65,16 +65,19 @@ pub enum Read {
     ToEnd,
     /// Spawns a task that reads the body to its end, and moves on.
     ToEndInTask,
+    /// Waits this long, then reads the body to its end (a slow caller).
+    ToEndAfter(Duration),
 }
 
 impl fmt::Display for Read {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Read::Unread => "unread",
-            Read::OneFrame => "one frame",
-            Read::ToEnd => "to the end",
-            Read::ToEndInTask => "to the end, in a spawned task",
-        })
+        match self {
+            Read::Unread => f.write_str("unread"),
+            Read::OneFrame => f.write_str("one frame"),
+            Read::ToEnd => f.write_str("to the end"),
+            Read::ToEndInTask => f.write_str("to the end, in a spawned task"),
+            Read::ToEndAfter(wait) => write!(f, "to the end after {} ms", wait.as_millis()),
+        }
     }
 }
 
@@ -350,6 +353,9 @@ where
         return Err(format!("unexpected status {}", res.status()).into());
     }
     let body = res.into_body();
+    if let Read::ToEndAfter(wait) = read {
+        tokio::time::sleep(wait).await;
+    }
     if read == Read::ToEndInTask {
         tokio::spawn(async move { black_box(consume(body, Read::ToEnd).await.is_ok()) });
         return Ok(0);
@@ -365,7 +371,7 @@ where
     let frames = match read {
         Read::Unread => 0,
         Read::OneFrame => 1,
-        Read::ToEnd | Read::ToEndInTask => usize::MAX,
+        Read::ToEnd | Read::ToEndInTask | Read::ToEndAfter(_) => usize::MAX,
     };
     let (mut bytes, mut seen) = (0, 0);
     while seen < frames {

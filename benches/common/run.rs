@@ -73,7 +73,7 @@ impl Outcome {
 
     /// Waits for the run to go quiet, then reads the counters. `at_half`:
     /// connections opened when half the requests had completed.
-    async fn of(
+    pub async fn of(
         client: &BenchClient,
         endpoint: &Endpoint,
         elapsed: Duration,

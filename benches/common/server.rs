@@ -146,7 +146,15 @@ async fn serve<I>(io: I)
 where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let service = service_fn(|req: Request<Incoming>| async move { Ok::<_, Infallible>(respond(req.uri())) });
+    let service = service_fn(|req: Request<Incoming>| async move {
+        // `?think=MS`: a slow endpoint, answering after MS milliseconds.
+        if let Some(ms) =
+            req.uri().query().and_then(|q| q.strip_prefix("think=")).and_then(|v| v.parse().ok())
+        {
+            tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+        }
+        Ok::<_, Infallible>(respond(req.uri()))
+    });
     // Errors are the client going away mid-response: expected when bodies are dropped.
     let _ = http1::Builder::new().serve_connection(TokioIo::new(io), service).await;
 }
@@ -240,6 +248,11 @@ impl Endpoint {
             Framing::Chunked => "?chunked",
         };
         format!("{}/{len}{query}", self.base).parse().expect("valid URI")
+    }
+
+    /// The URI serving `len` bytes with `Content-Length` after `think`.
+    pub fn slow_uri(&self, len: usize, think: std::time::Duration) -> Uri {
+        format!("{}/{len}?think={}", self.base, think.as_millis()).parse().expect("valid URI")
     }
 
     /// Connections the server accepted.
