@@ -98,11 +98,10 @@ where
     /// Puts the drain on a response that arrived for `request`.
     pub(crate) fn wrap(mut response: Response<B>, request: RequestInfo) -> Response<DrainBody<B>> {
         let extensions = response.extensions_mut();
-        if extensions.get::<DrainOwned>().is_some() {
+        if extensions.insert(DrainOwned).is_some() {
             return response.map(DrainBody::disarmed);
         }
-        extensions.insert(DrainOwned);
-        let reuse = ConnectionTag::take(extensions);
+        let reuse = if request.shared.stats.is_observed() { ConnectionTag::take(extensions) } else { None };
         if let Some(conn) = reuse {
             request.shared.stats.response(conn.reused);
         }
@@ -115,8 +114,14 @@ where
         if response.body().is_end_stream() {
             return response.map(DrainBody::disarmed);
         }
-        let head =
-            policy::inspect(&request.shared.config, request.says, response.version(), response.headers());
+        let exact_length = response.body().size_hint().exact().is_some();
+        let head = policy::inspect(
+            &request.shared.config,
+            request.says,
+            response.version(),
+            response.headers(),
+            exact_length,
+        );
         let ctx = DropContext {
             shared: request.shared,
             handle: Handle::try_current().ok(),

@@ -116,6 +116,7 @@ pub struct ObserveConnector<C> {
 impl<C> ObserveConnector<C> {
     /// Wraps `inner`, counting into `stats`.
     pub fn new(inner: C, stats: DrainStats) -> Self {
+        stats.mark_observed();
         ObserveConnector { inner, stats }
     }
 

@@ -12,7 +12,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use http::header::{CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, TRANSFER_ENCODING};
-use http::{HeaderMap, Version};
+use http::{HeaderMap, HeaderValue, Version};
 use http_body::SizeHint;
 use tokio::runtime::{Handle, Id};
 
@@ -36,7 +36,7 @@ pub(crate) struct RequestSays {
 
 impl RequestSays {
     pub(crate) fn read(headers: &HeaderMap) -> Self {
-        RequestSays { close: !headers.is_empty() && has_token(headers, "close"), framing_unknown: false }
+        RequestSays { close: has_token(headers, "close"), framing_unknown: false }
     }
 
     /// For a response that came without its request.
@@ -47,36 +47,70 @@ impl RequestSays {
 
 /// Reads the response head, and what the request said, for a reason why
 /// this connection will not be reused, or this body will not end, whatever
-/// a drain does.
+/// a drain does. `exact_length` is whether the body knows its exact length
+/// (hyper's `Incoming` does for `Content-Length` framing): such a body is
+/// framed and ends, so only `Connection` is looked up.
 pub(crate) fn inspect(
     config: &Config,
     request: RequestSays,
     version: Version,
     headers: &HeaderMap,
+    exact_length: bool,
 ) -> Option<Reason> {
     if version >= Version::HTTP_2 {
         return Some(Reason::Http2);
     }
-    if request.close || has_token(headers, "close") {
+    // One pass over the headers (a handful on most responses), comparing
+    // names, rather than a hashed lookup per header of interest.
+    let mut head = Head::default();
+    for (name, value) in headers {
+        if name == CONNECTION {
+            head.close |= lists(value, "close");
+            head.keep_alive |= lists(value, "keep-alive");
+        } else if name == TRANSFER_ENCODING {
+            head.transfer_encoding = true;
+            // As hyper frames it: the last coding of the last header decides.
+            head.chunked = value
+                .to_str()
+                .ok()
+                .and_then(|v| v.rsplit(',').next())
+                .is_some_and(|t| t.trim().eq_ignore_ascii_case("chunked"));
+        } else if name == CONTENT_LENGTH {
+            head.content_length = true;
+        } else if name == CONTENT_TYPE && !exact_length {
+            head.stream = is_stream(config, value);
+        }
+    }
+    if request.close || head.close {
         return Some(Reason::ConnectionClose);
     }
-    if version <= Version::HTTP_10 && !has_token(headers, "keep-alive") {
+    if version <= Version::HTTP_10 && !head.keep_alive {
         return Some(Reason::ConnectionClose);
     }
-    // As hyper frames it: any Transfer-Encoding overrides Content-Length,
-    // and one that does not end in chunked is read until the close.
-    let framed = if headers.contains_key(TRANSFER_ENCODING) {
-        is_chunked(headers)
-    } else {
-        headers.contains_key(CONTENT_LENGTH)
-    };
+    if exact_length {
+        return None;
+    }
+    // Any Transfer-Encoding overrides Content-Length, and one that does not
+    // end in chunked is read until the close.
+    let framed = if head.transfer_encoding { head.chunked } else { head.content_length };
     if !framed && !request.framing_unknown {
         return Some(Reason::CloseDelimited);
     }
-    if is_stream(config, headers) {
+    if head.stream {
         return Some(Reason::Stream);
     }
     None
+}
+
+/// What [`inspect`] reads off the response headers.
+#[derive(Default)]
+struct Head {
+    close: bool,
+    keep_alive: bool,
+    transfer_encoding: bool,
+    chunked: bool,
+    content_length: bool,
+    stream: bool,
 }
 
 /// What is known when a body is dropped before its end.
@@ -192,36 +226,27 @@ pub(crate) fn found_no_time_driver(runtime: &Handle) {
     ANY_TIMERLESS.store(true, Ordering::Relaxed);
 }
 
-/// Whether the `Content-Type` is one of the configured stream types.
-fn is_stream(config: &Config, headers: &HeaderMap) -> bool {
+/// Whether a `Content-Type` value is one of the configured stream types.
+fn is_stream(config: &Config, value: &HeaderValue) -> bool {
     let types = &config.stream_types;
     if types.is_empty() {
         return false;
     }
-    let Some(media_type) = headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok()) else {
+    let Ok(media_type) = value.to_str() else {
         return false;
     };
     let media_type = media_type.split(';').next().unwrap_or_default().trim();
     types.iter().any(|t| t.eq_ignore_ascii_case(media_type))
 }
 
-/// Whether any `Connection` header lists `token` (case-insensitive).
-fn has_token(headers: &HeaderMap, token: &str) -> bool {
-    headers
-        .get_all(CONNECTION)
-        .iter()
-        .any(|value| value.to_str().is_ok_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case(token))))
+/// Whether a `Connection` value lists `token` (case-insensitive).
+fn lists(value: &HeaderValue, token: &str) -> bool {
+    value.to_str().is_ok_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
 }
 
-/// Whether the last transfer coding is `chunked`, as hyper requires.
-fn is_chunked(headers: &HeaderMap) -> bool {
-    headers
-        .get_all(TRANSFER_ENCODING)
-        .iter()
-        .next_back()
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.rsplit(',').next())
-        .is_some_and(|t| t.trim().eq_ignore_ascii_case("chunked"))
+/// Whether any `Connection` header lists `token`.
+fn has_token(headers: &HeaderMap, token: &str) -> bool {
+    !headers.is_empty() && headers.get_all(CONNECTION).iter().any(|value| lists(value, token))
 }
 
 #[cfg(test)]
@@ -229,14 +254,13 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
-    use http::HeaderValue;
-
     fn inspect(request_close: bool, version: Version, headers: &HeaderMap) -> Option<Reason> {
         super::inspect(
             &Config::default(),
             RequestSays { close: request_close, framing_unknown: false },
             version,
             headers,
+            false,
         )
     }
 
@@ -351,7 +375,7 @@ mod tests {
         assert_eq!(inspect(false, Version::HTTP_11, &h), None);
         let none = Config { stream_types: std::sync::Arc::from(Vec::new()), ..Config::default() };
         let h = headers(&[("content-type", "text/event-stream"), ("transfer-encoding", "chunked")]);
-        assert_eq!(super::inspect(&none, RequestSays::default(), Version::HTTP_11, &h), None);
+        assert_eq!(super::inspect(&none, RequestSays::default(), Version::HTTP_11, &h, false), None);
     }
 
     #[tokio::test]

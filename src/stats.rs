@@ -23,6 +23,8 @@ struct Counters {
     requests: AtomicU64,
     reused: AtomicU64,
     connections_opened: AtomicU64,
+    /// An `ObserveConnector` counts into these stats: responses carry its tag.
+    observed: std::sync::atomic::AtomicBool,
 }
 
 /// A cheap, cloneable handle on the counters of one
@@ -224,6 +226,16 @@ impl DrainStats {
             reused: c.reused.load(Ordering::Relaxed),
             connections_opened: c.connections_opened.load(Ordering::Relaxed),
         }
+    }
+
+    /// Notes that an observer counts into these stats.
+    pub(crate) fn mark_observed(&self) {
+        self.counters.observed.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether an observer counts into these stats (one load).
+    pub(crate) fn is_observed(&self) -> bool {
+        self.counters.observed.load(Ordering::Relaxed)
     }
 
     /// Counts a connection opened by an observer; returns its number, from 1.

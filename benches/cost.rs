@@ -1,0 +1,108 @@
+//! Instruction counts per response, for `valgrind --tool=callgrind`
+//! (`benches/callgrind.sh` runs it): the layer's own work on a response read
+//! to the end, and on an early drop, against the bare service, in memory (a
+//! `service_fn`, no sockets) on a current-thread runtime.
+//!
+//! `cargo bench --bench cost -- MODE N` runs `N` iterations of `MODE`:
+//! `bare_read`, `layer_read`, `bare_drop`, `layer_drop`. Instructions per
+//! iteration = (count at 2N − count at N) / N, which cancels start-up.
+
+use std::convert::Infallible;
+use std::hint::black_box;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use drain_on_drop::DrainOnDropLayer;
+use http::{Request, Response};
+use http_body::{Body, Frame, SizeHint};
+use http_body_util::{BodyExt, Full};
+use tower::{Service, ServiceBuilder, ServiceExt};
+
+/// A chunked body that is not at its end and ends when polled.
+struct NotAtEnd;
+
+impl Body for NotAtEnd {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        Poll::Ready(None)
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::new()
+    }
+}
+
+async fn read<S, B>(svc: &mut S)
+where
+    S: Service<Request<()>, Response = Response<B>, Error = Infallible>,
+    B: Body<Data = Bytes, Error = Infallible>,
+{
+    let res = svc.ready().await.unwrap().call(Request::new(())).await.unwrap();
+    black_box(res.into_body().collect().await.unwrap().to_bytes());
+}
+
+async fn drop_early<S, B>(svc: &mut S)
+where
+    S: Service<Request<()>, Response = Response<B>, Error = Infallible>,
+{
+    black_box(svc.ready().await.unwrap().call(Request::new(())).await.unwrap());
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1).filter(|a| a != "--bench");
+    let mode = args.next().unwrap_or_else(|| "layer_read".to_string());
+    let n: u64 = args.next().and_then(|n| n.parse().ok()).unwrap_or(10_000);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let body = Bytes::from(vec![b'x'; 1024]);
+    let full = tower::service_fn(move |_: Request<()>| {
+        let body = body.clone();
+        async move {
+            Ok::<_, Infallible>(
+                Response::builder().header("content-length", 1024).body(Full::new(body)).unwrap(),
+            )
+        }
+    });
+    let not_at_end = tower::service_fn(|_: Request<()>| async {
+        Ok::<_, Infallible>(
+            Response::builder().header("transfer-encoding", "chunked").body(NotAtEnd).unwrap(),
+        )
+    });
+    let layer = DrainOnDropLayer::new();
+    rt.block_on(async {
+        match mode.as_str() {
+            "bare_read" => {
+                let mut svc = full;
+                for _ in 0..n {
+                    read(&mut svc).await;
+                }
+            }
+            "layer_read" => {
+                let mut svc = ServiceBuilder::new().layer(layer.clone()).service(full);
+                for _ in 0..n {
+                    read(&mut svc).await;
+                }
+            }
+            "bare_drop" => {
+                let mut svc = not_at_end;
+                for _ in 0..n {
+                    drop_early(&mut svc).await;
+                }
+            }
+            "layer_drop" => {
+                let mut svc = ServiceBuilder::new().layer(layer.clone()).service(not_at_end);
+                for _ in 0..n {
+                    drop_early(&mut svc).await;
+                }
+                let s = layer.stats().snapshot();
+                assert_eq!(s.drained, n, "every early drop drained: {s:?}");
+            }
+            other => panic!("unknown mode {other}: bare_read, layer_read, bare_drop, layer_drop"),
+        }
+    });
+}
