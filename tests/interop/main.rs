@@ -249,7 +249,7 @@ fn node_keep_alive_a_pool_idle_timeout_below_the_servers_never_sends_on_a_closin
         let idle_timeout = Duration::from_millis(500);
         println!(
             "\n{} ({}): keepAliveTimeout 1000 ms, `Keep-Alive: {keep_alive}`, idle connection closed \
-             {close_after:?} after the response (median of 3); second request sent at that instant + offset",
+             {close_after:?} after the response (median of 3 probes); second request sent at that instant + offset",
             node.name, node.version
         );
         for run in 1..=cells::runs() {
