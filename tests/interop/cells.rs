@@ -1,0 +1,359 @@
+//! The connection matrix: for one server, each body size is a cell; each cell
+//! runs `N` sequential GETs with five clients, each with its own fresh
+//! hyper-util `Client` (own pool, own counting connector) and a fresh count
+//! at the server (two readings subtracted):
+//!
+//! - `alone`: hyper-util alone, body dropped unread;
+//! - `layer`: under `DrainOnDropLayer::new()` (defaults), body dropped unread;
+//! - `alone, 1 frame` and `layer, 1 frame`: the same after reading one data frame;
+//! - `read-to-end`: hyper-util alone, every body read to its end (the control).
+//!
+//! The issue's assertion, per cell and for both drop variants: with the
+//! layer, connections ≤ hyper-util alone and ≤ read-to-end + 1.
+
+use std::fmt::Write as _;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use drain_on_drop::{DrainOnDropLayer, DrainSnapshot};
+use http::header::{ACCEPT_ENCODING, CONTENT_ENCODING, CONTENT_LENGTH, TRANSFER_ENCODING};
+use http::{HeaderValue, Request, Response};
+use http_body_util::Empty;
+use tower::{Service, ServiceBuilder, ServiceExt};
+
+use crate::servers::{Server, ServerCounts};
+use crate::support::{self, CountingConnector, read_all, read_one_frame, wait_for};
+
+/// Sequential requests per client and cell.
+pub(crate) const N: usize = 100;
+pub(crate) const KIB: usize = 1024;
+
+/// How the server frames the body, asserted on every response.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Framing {
+    ContentLength,
+    Chunked,
+}
+
+/// One kind of response of one server: a row group of the table.
+pub(crate) struct Target {
+    pub(crate) name: &'static str,
+    /// Path and query for a body of `len` bytes (the runner adds `i=`).
+    pub(crate) path: fn(usize) -> String,
+    pub(crate) framing: Framing,
+    /// Sent with `Accept-Encoding: gzip`; the response must be gzip-encoded.
+    pub(crate) gzip: bool,
+    pub(crate) sizes_kib: &'static [usize],
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Read {
+    Unread,
+    OneFrame,
+    ToEnd,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Variant {
+    layer: bool,
+    read: Read,
+    label: &'static str,
+}
+
+const VARIANTS: [Variant; 5] = [
+    Variant { layer: false, read: Read::Unread, label: "alone" },
+    Variant { layer: true, read: Read::Unread, label: "layer" },
+    Variant { layer: false, read: Read::OneFrame, label: "alone, 1 frame" },
+    Variant { layer: true, read: Read::OneFrame, label: "layer, 1 frame" },
+    Variant { layer: false, read: Read::ToEnd, label: "read-to-end" },
+];
+const ALONE: usize = 0;
+const LAYER: usize = 1;
+const ALONE_ONE_FRAME: usize = 2;
+const LAYER_ONE_FRAME: usize = 3;
+const TO_END: usize = 4;
+
+/// What one client saw in one cell.
+struct Run {
+    /// New connections counted at the client's connector (= the server's `accepted`).
+    connections: u64,
+    /// Of those, connections that carried a request, counted at the server.
+    served: u64,
+    snapshot: Option<DrainSnapshot>,
+    /// Body bytes of the last response read to its end (on the wire, before
+    /// any decoding).
+    body_len: Option<usize>,
+}
+
+/// How many times each cell runs: `INTEROP_RUNS`, default 1.
+pub(crate) fn runs() -> usize {
+    std::env::var("INTEROP_RUNS").ok().and_then(|v| v.parse().ok()).unwrap_or(1).max(1)
+}
+
+/// Whether `INTEROP_CELLS` (a comma-separated list of substrings; all cells
+/// when unset) selects this cell, to rerun a few while investigating.
+fn selected(cell: &str) -> bool {
+    std::env::var("INTEROP_CELLS").map_or(true, |f| f.split(',').any(|part| cell.contains(part.trim())))
+}
+
+/// Every per-reason count of a snapshot, by name. The one place that reads
+/// the per-reason fields of `DrainSnapshot`, whose names are about to change:
+/// port them here.
+pub(crate) fn reasons(s: &DrainSnapshot) -> [(&'static str, u64); 11] {
+    [
+        ("abandoned_over_bytes", s.abandoned_over_bytes),
+        ("abandoned_over_time", s.abandoned_over_time),
+        ("abandoned_runtime_shutdown", s.abandoned_runtime_shutdown),
+        ("skipped_disabled", s.skipped_disabled),
+        ("skipped_connection_close", s.skipped_connection_close),
+        ("skipped_close_delimited", s.skipped_close_delimited),
+        ("skipped_http2", s.skipped_http2),
+        ("skipped_over_budget", s.skipped_over_budget),
+        ("skipped_stream", s.skipped_stream),
+        ("skipped_saturated", s.skipped_saturated),
+        ("skipped_no_runtime", s.skipped_no_runtime),
+    ]
+}
+
+/// `drained 98, abandoned 2 (abandoned_over_bytes 2)`: outcomes and the
+/// reasons that are not zero.
+pub(crate) fn outcomes(s: &DrainSnapshot) -> String {
+    let mut out: Vec<String> =
+        [("drained", s.drained), ("abandoned", s.abandoned), ("skipped", s.skipped), ("failed", s.failed)]
+            .into_iter()
+            .filter(|&(_, n)| n > 0)
+            .map(|(name, n)| format!("{name} {n}"))
+            .collect();
+    let why: Vec<String> =
+        reasons(s).into_iter().filter(|&(_, n)| n > 0).map(|(name, n)| format!("{name} {n}")).collect();
+    if !why.is_empty() {
+        out.push(format!("({})", why.join(", ")));
+    }
+    if out.is_empty() { "no early drop counted".into() } else { out.join(", ") }
+}
+
+/// Runs every cell of `targets` `runs()` times, prints a table per run and a
+/// summary, and returns the cells that break the issue's assertion.
+pub(crate) async fn matrix(server: &Server, targets: &[Target]) -> Vec<String> {
+    let runs = runs();
+    let mut failures = Vec::new();
+    // (target, size) -> per variant, the connections of every run.
+    let mut all: Vec<(String, [Vec<u64>; 5])> = Vec::new();
+    for run in 1..=runs {
+        let mut table = format!(
+            "\n{} ({}), run {run} of {runs}: {N} sequential GETs per client, new connections (client = server):\n\
+             | cell | body on the wire | alone | layer | alone, 1 frame | layer, 1 frame | read-to-end | layer outcomes | layer, 1 frame outcomes | within issue bound |\n\
+             |---|---|---|---|---|---|---|---|---|---|\n",
+            server.name, server.version
+        );
+        let mut cell_index = 0;
+        for target in targets {
+            for &kib in target.sizes_kib {
+                let cell = format!("{} {kib} KiB", target.name);
+                if !selected(&cell) {
+                    continue;
+                }
+                let mut results = Vec::new();
+                for variant in VARIANTS {
+                    results.push(run_variant(server, target, kib * KIB, variant).await);
+                }
+                let conns: Vec<u64> = results.iter().map(|r| r.connections).collect();
+                let mut broken = Vec::new();
+                for (layer, alone) in [(LAYER, ALONE), (LAYER_ONE_FRAME, ALONE_ONE_FRAME)] {
+                    let what = VARIANTS[layer].label;
+                    if conns[layer] > conns[alone] {
+                        broken.push(format!("{what} {} > hyper alone {}", conns[layer], conns[alone]));
+                    }
+                    if conns[layer] > conns[TO_END] + 1 {
+                        broken.push(format!("{what} {} > read-to-end {} + 1", conns[layer], conns[TO_END]));
+                    }
+                }
+                let wire = results[TO_END].body_len.map_or("?".into(), |n| {
+                    format!("{n} B{}", if target.gzip { " gzip, chunked" } else { "" })
+                });
+                let shown = |i: usize| {
+                    let r = &results[i];
+                    if r.served == r.connections {
+                        r.connections.to_string()
+                    } else {
+                        format!("{} ({} served)", r.connections, r.served)
+                    }
+                };
+                let snap = |i: usize| results[i].snapshot.as_ref().map_or(String::new(), outcomes);
+                writeln!(
+                    table,
+                    "| {cell} | {wire} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                    shown(ALONE),
+                    shown(LAYER),
+                    shown(ALONE_ONE_FRAME),
+                    shown(LAYER_ONE_FRAME),
+                    shown(TO_END),
+                    snap(LAYER),
+                    snap(LAYER_ONE_FRAME),
+                    if broken.is_empty() {
+                        "yes".to_string()
+                    } else {
+                        format!("**NO**: {}", broken.join("; "))
+                    }
+                )
+                .unwrap();
+                if !broken.is_empty() {
+                    failures.push(format!("run {run}: {cell}: {}", broken.join("; ")));
+                }
+                if all.len() <= cell_index {
+                    all.push((cell.clone(), Default::default()));
+                }
+                for (i, &c) in conns.iter().enumerate() {
+                    all[cell_index].1[i].push(c);
+                }
+                cell_index += 1;
+            }
+        }
+        println!("{table}");
+    }
+    if runs > 1 {
+        let mut summary = format!(
+            "\n{} ({}), {runs} runs: median [min-max] new connections per {N} GETs:\n\
+             | cell | alone | layer | alone, 1 frame | layer, 1 frame | read-to-end |\n|---|---|---|---|---|---|\n",
+            server.name, server.version
+        );
+        for (cell, per_variant) in &all {
+            let cols: Vec<String> = per_variant.iter().map(|v| spread(v)).collect();
+            writeln!(summary, "| {cell} | {} |", cols.join(" | ")).unwrap();
+        }
+        println!("{summary}");
+    }
+    failures
+}
+
+/// `median [min-max]` of the values (`median` alone when they are all equal).
+pub(crate) fn spread(values: &[u64]) -> String {
+    let mut v = values.to_vec();
+    v.sort_unstable();
+    let (min, max, median) = (v[0], v[v.len() - 1], v[v.len() / 2]);
+    if min == max { format!("{median}") } else { format!("{median} [{min}-{max}]") }
+}
+
+/// One client, `N` requests, then the counts once everything settled.
+async fn run_variant(server: &Server, target: &Target, len: usize, variant: Variant) -> Run {
+    let before = server.counts().await;
+    let (client, connector) = support::client();
+    let (body_len, snapshot) = if variant.layer {
+        let layer = DrainOnDropLayer::new();
+        let stats = layer.stats();
+        let svc = ServiceBuilder::new().layer(layer).service(client);
+        let body_len = requests(svc, server, target, len, variant).await;
+        wait_for("the layer's drains to end", Duration::from_secs(5), || stats.snapshot().in_flight == 0)
+            .await;
+        (body_len, Some(stats.snapshot()))
+    } else {
+        (requests(client, server, target, len, variant).await, None)
+    };
+    let counts = settle(server, before, &connector, N as u64).await;
+    let what = format!("{} {} KiB {}", target.name, len / KIB, variant.label);
+    assert!(counts.served <= counts.accepted, "{what}: served connections ≤ accepted: {counts:?}");
+    Run { connections: counts.accepted, served: counts.served, snapshot, body_len }
+}
+
+/// Waits (at most 5 s) until the server saw `requests` requests and accepted
+/// exactly the connections the client opened (a dial that lost hyper-util's
+/// checkout race finishes in the background), and returns its counts.
+pub(crate) async fn settle(
+    server: &Server,
+    before: ServerCounts,
+    connector: &CountingConnector,
+    requests: u64,
+) -> ServerCounts {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let delta = server.counts().await - before;
+        let client = connector.count() as u64;
+        if delta.requests == requests && delta.accepted == client {
+            return delta;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{}: the connections counted at the client ({client}) and at the server ({delta:?}) \
+             agree, and the server saw {requests} requests, within 5 s",
+            server.name
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Sends `N` GETs one after the other through `svc`, reading each body as
+/// the variant says; returns the length of the last body read to the end.
+/// The query names the request and the client (`i=7&client=layer`), for the
+/// server's logs.
+async fn requests<S, B>(
+    mut svc: S,
+    server: &Server,
+    target: &Target,
+    len: usize,
+    variant: Variant,
+) -> Option<usize>
+where
+    S: Service<Request<Empty<Bytes>>, Response = Response<B>>,
+    S::Error: std::fmt::Debug,
+    B: http_body::Body<Data = Bytes> + Unpin,
+    B::Error: std::fmt::Debug,
+{
+    let mut body_len = None;
+    let read = variant.read;
+    let client = variant.label.replace(", ", "-").replace(' ', "-");
+    for i in 0..N {
+        let path = (target.path)(len);
+        let sep = if path.contains('?') { '&' } else { '?' };
+        let mut req = support::get(server.uri(&format!("{path}{sep}i={i}&client={client}")));
+        if target.gzip {
+            req.headers_mut().insert(ACCEPT_ENCODING, HeaderValue::from_static("gzip"));
+        }
+        let what = format!("{} {} KiB, request {i} ({read:?})", target.name, len / KIB);
+        let res = svc
+            .ready()
+            .await
+            .expect("client ready")
+            .call(req)
+            .await
+            .unwrap_or_else(|e| panic!("{what}: {e:?}"));
+        check_head(&res, target, len, &what);
+        let mut body = res.into_body();
+        match read {
+            Read::Unread => {}
+            Read::OneFrame => {
+                read_one_frame(&mut body).await.unwrap_or_else(|| panic!("{what}: at least one data frame"));
+            }
+            Read::ToEnd => {
+                let n = read_all(&mut body).await.unwrap_or_else(|e| panic!("{what}: {e:?}")).len();
+                if !target.gzip {
+                    assert_eq!(n, len, "{what}: the whole body arrives");
+                }
+                body_len = Some(n);
+            }
+        }
+        drop(body);
+    }
+    body_len
+}
+
+/// The response is a 200 framed (and encoded) the way the cell says.
+fn check_head<B>(res: &Response<B>, target: &Target, len: usize, what: &str) {
+    let header = |name| res.headers().get(name).and_then(|v: &HeaderValue| v.to_str().ok());
+    assert_eq!(res.status(), 200, "{what}: status");
+    match target.framing {
+        Framing::ContentLength => {
+            assert_eq!(
+                header(CONTENT_LENGTH),
+                Some(len.to_string().as_str()),
+                "{what}: Content-Length framing"
+            );
+        }
+        Framing::Chunked => {
+            assert_eq!(header(CONTENT_LENGTH), None, "{what}: no Content-Length");
+            assert_eq!(header(TRANSFER_ENCODING), Some("chunked"), "{what}: chunked framing");
+        }
+    }
+    if target.gzip {
+        assert_eq!(header(CONTENT_ENCODING), Some("gzip"), "{what}: compressed on the fly");
+    }
+}

@@ -1,0 +1,272 @@
+//! Interop: the layer against real servers that the tests start themselves,
+//! on free ports of 127.0.0.1 (issue 10, items 4 to 6). `docs/INTEROP.md`
+//! has the servers, their configs and the measured tables.
+//!
+//! ```sh
+//! cargo test --features interop --test interop -- --nocapture
+//! INTEROP_RUNS=5 cargo test --features interop --test interop -- --nocapture   # spread over 5 runs
+//! ```
+//!
+//! - nginx (Debian's package): static files (Content-Length, sendfile) and
+//!   the same files with `gzip on` (chunked, compressed on the fly);
+//! - Node `http.createServer` (`server.js`): several `res.write()` calls
+//!   (chunked), one `res.end()` with Content-Length, an endless SSE stream,
+//!   and its keep-alive timeout;
+//! - uvicorn + starlette (`asgi_app.py`): `StreamingResponse` (chunked, the
+//!   final `0\r\n\r\n` in its own write) and `Response` (Content-Length),
+//!   bound as `uvicorn app --port N` does (TCP_NODELAY) and as
+//!   `uvicorn --workers N` does (no TCP_NODELAY).
+//!
+//! Each cell asserts the issue's bound: with the layer, new connections ≤
+//! hyper-util alone and ≤ read-to-end + 1. Every table is printed before the
+//! test fails, with the cells that broke the bound.
+//!
+//! Environment: `INTEROP_RUNS=K` runs every cell K times (tables per run and
+//! medians); `INTEROP_CELLS=a,b` runs only the cells whose name contains one
+//! of the parts; `INTEROP_RUNTIME=current_thread` swaps the runtime;
+//! `INTEROP_TRACE=<EnvFilter>` prints tracing events; `INTEROP_KEEP=1` keeps
+//! nginx's prefix (its access log) in the temporary directory;
+//! `INTEROP_NGINX`, `INTEROP_NODE`, `INTEROP_PYTHON` name the binaries.
+//!
+//! The feature `interop` only enables this target, which needs nginx, node
+//! and python3 with uvicorn and starlette (`.ci/run` installs them). Without
+//! them its tests fail; they never skip.
+//!
+//! The tests run one at a time (a lock), each on a 2-worker multi-thread
+//! runtime: they measure connections on a 2-core machine, and the servers
+//! run on the same cores.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod cells;
+mod keep_alive;
+mod servers;
+mod sse;
+
+use std::future::Future;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use cells::{Framing, KIB, Target, matrix};
+use servers::Server;
+use sse::SseClient;
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// Runs `test` on a fresh 2-worker runtime, after every other test of this
+/// binary is done with the machine.
+fn serially<F: Future>(test: F) -> F::Output {
+    let _serial = SERIAL.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    trace_if_asked();
+    // INTEROP_RUNTIME=current_thread, to compare with the default.
+    let runtime = match std::env::var("INTEROP_RUNTIME").as_deref() {
+        Ok("current_thread") => tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap(),
+        _ => tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap(),
+    };
+    runtime.block_on(test)
+}
+
+/// `INTEROP_TRACE=hyper_util=trace,drain_on_drop=debug` (an `EnvFilter`)
+/// prints those events on stderr, to see why a connection was not reused.
+fn trace_if_asked() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    if let Ok(filter) = std::env::var("INTEROP_TRACE") {
+        ONCE.call_once(|| {
+            tracing_subscriber::fmt()
+                .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+                .with_writer(std::io::stderr)
+                .init();
+        });
+    }
+}
+
+/// The issue's assertion, checked in every cell by `cells::matrix`.
+fn assert_no_more_connections_than_alone_or_read_to_end_plus_one(server: &str, failures: &[String]) {
+    assert!(
+        failures.is_empty(),
+        "{server}: with the layer, new connections ≤ hyper-util alone and ≤ read-to-end + 1 in every cell; \
+         broken in {} cell run(s):\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn nginx_static_files_dropped_early_cost_no_more_connections_with_the_layer() {
+    serially(async {
+        let nginx = Server::nginx().await;
+        let targets = [Target {
+            name: "nginx static",
+            path: |len| format!("/static/{}k.bin", len / KIB),
+            framing: Framing::ContentLength,
+            gzip: false,
+            sizes_kib: &[1, 64, 257],
+        }];
+        let failures = matrix(&nginx, &targets).await;
+        assert_no_more_connections_than_alone_or_read_to_end_plus_one("nginx static", &failures);
+    });
+}
+
+#[test]
+fn nginx_gzip_on_the_fly_dropped_early_costs_no_more_connections_with_the_layer() {
+    serially(async {
+        let nginx = Server::nginx().await;
+        let targets = [Target {
+            name: "nginx gzip",
+            path: |len| format!("/gz/{}k.bin", len / KIB),
+            framing: Framing::Chunked,
+            gzip: true,
+            sizes_kib: &[1, 64, 256, 257],
+        }];
+        let failures = matrix(&nginx, &targets).await;
+        assert_no_more_connections_than_alone_or_read_to_end_plus_one("nginx gzip", &failures);
+    });
+}
+
+#[test]
+fn node_chunked_and_content_length_dropped_early_cost_no_more_connections_with_the_layer() {
+    serially(async {
+        let node = Server::node(&[]).await;
+        let targets = [
+            Target {
+                name: "node chunked",
+                path: |len| format!("/chunked?len={len}"),
+                framing: Framing::Chunked,
+                gzip: false,
+                sizes_kib: &[1, 64, 257],
+            },
+            Target {
+                name: "node content-length",
+                path: |len| format!("/cl?len={len}"),
+                framing: Framing::ContentLength,
+                gzip: false,
+                sizes_kib: &[1, 64, 257],
+            },
+        ];
+        let failures = matrix(&node, &targets).await;
+        assert_no_more_connections_than_alone_or_read_to_end_plus_one("node", &failures);
+    });
+}
+
+#[test]
+fn uvicorn_streaming_and_content_length_dropped_early_cost_no_more_connections_with_the_layer() {
+    serially(async {
+        let uvicorn = Server::uvicorn(&[]).await;
+        let targets = [
+            Target {
+                name: "uvicorn StreamingResponse",
+                path: |len| format!("/stream?len={len}"),
+                framing: Framing::Chunked,
+                gzip: false,
+                sizes_kib: &[1, 64, 257],
+            },
+            Target {
+                name: "uvicorn Response",
+                path: |len| format!("/cl?len={len}"),
+                framing: Framing::ContentLength,
+                gzip: false,
+                sizes_kib: &[1, 64, 257],
+            },
+        ];
+        let failures = matrix(&uvicorn, &targets).await;
+        assert_no_more_connections_than_alone_or_read_to_end_plus_one("uvicorn", &failures);
+    });
+}
+
+/// `uvicorn --workers N` (and `--reload`) binds in the parent with
+/// `Config.bind_socket`, whose socket has protocol 0, and asyncio sets
+/// TCP_NODELAY only on IPPROTO_TCP sockets: every write after the head waits
+/// for the client's delayed ACK (about 40 ms) under Nagle.
+#[test]
+fn uvicorn_workers_sockets_without_nodelay_dropped_early_cost_no_more_connections_with_the_layer() {
+    serially(async {
+        let uvicorn = Server::uvicorn(&["--sockets-without-nodelay"]).await;
+        let targets = [
+            Target {
+                name: "uvicorn --workers StreamingResponse",
+                path: |len| format!("/stream?len={len}"),
+                framing: Framing::Chunked,
+                gzip: false,
+                sizes_kib: &[1, 64],
+            },
+            Target {
+                name: "uvicorn --workers Response",
+                path: |len| format!("/cl?len={len}"),
+                framing: Framing::ContentLength,
+                gzip: false,
+                sizes_kib: &[1, 64],
+            },
+        ];
+        let failures = matrix(&uvicorn, &targets).await;
+        assert_no_more_connections_than_alone_or_read_to_end_plus_one("uvicorn --workers", &failures);
+    });
+}
+
+#[test]
+fn node_sse_cancelled_after_three_events_is_closed_at_once_by_default_and_never_costs_more_connections() {
+    serially(async {
+        let node = Server::node(&[]).await;
+        let all = sse::table(&node).await;
+        let runs_of = |client| &all.iter().find(|(c, _)| *c == client).unwrap().1;
+        let alone = runs_of(SseClient::Alone);
+        for (i, (layer, draining)) in
+            runs_of(SseClient::Layer).iter().zip(runs_of(SseClient::LayerDrainingStreams)).enumerate()
+        {
+            let alone = alone[i].connections;
+            assert!(layer.connections <= alone, "run {i}: layer {} ≤ alone {alone}", layer.connections);
+            assert!(
+                draining.connections <= alone,
+                "run {i}: layer draining streams {} ≤ alone {alone}",
+                draining.connections
+            );
+            let (layer, draining) = (layer.snapshot.unwrap(), draining.snapshot.unwrap());
+            assert_eq!(
+                (layer.skipped, layer.drained, layer.abandoned),
+                (sse::STREAMS as u64, 0, 0),
+                "run {i}: by default every cancelled event stream is skipped, no drain task: {layer:?}"
+            );
+            assert_eq!(
+                (draining.abandoned, draining.drained),
+                (sse::STREAMS as u64, 0),
+                "run {i}: a drained event stream never ends, every drain is given up: {draining:?}"
+            );
+        }
+    });
+}
+
+#[test]
+fn node_keep_alive_a_pool_idle_timeout_below_the_servers_never_sends_on_a_closing_connection() {
+    serially(async {
+        // Node 20's default is 5000 ms; 1000 ms keeps the test short.
+        let node = Server::node(&["--keep-alive-timeout", "1000"]).await;
+        let (close_after, keep_alive) = keep_alive::idle_close(&node).await;
+        assert_eq!(keep_alive, "timeout=1", "Node advertises its keepAliveTimeout in seconds");
+        assert!(
+            (Duration::from_millis(900)..Duration::from_secs(5)).contains(&close_after),
+            "Node closes an idle connection about keepAliveTimeout + 1 s after the response: {close_after:?}"
+        );
+        let idle_timeout = Duration::from_millis(500);
+        println!(
+            "\n{} ({}): keepAliveTimeout 1000 ms, `Keep-Alive: {keep_alive}`, idle connection closed \
+             {close_after:?} after the response (median of 3 probes); second request sent at that instant + offset",
+            node.name, node.version
+        );
+        for run in 1..=cells::runs() {
+            let (with, without) = keep_alive::trials(&node, close_after, idle_timeout).await;
+            println!(
+                "{}",
+                keep_alive::report(&format!("run {run}, pool_idle_timeout {idle_timeout:?}"), &with)
+            );
+            println!("{}", keep_alive::report(&format!("run {run}, hyper-util default (90 s)"), &without));
+            for trial in &with {
+                assert_eq!(
+                    (&trial.result, trial.connections),
+                    (&Ok(()), 2),
+                    "with pool_idle_timeout {idle_timeout:?} below the server's, the idle connection is \
+                     never used at the boundary: a new one carries the request ({trial:?})"
+                );
+            }
+        }
+    });
+}
