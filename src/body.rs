@@ -50,6 +50,7 @@ struct Armed<B> {
 
 /// Marks a response whose body already carries a drain, so that a
 /// `DrainOnDrop` further out passes it through instead of draining twice.
+/// Inserted only when another `DrainOnDrop` is calling (`Nesting`).
 #[derive(Clone, Copy)]
 struct DrainOwned;
 
@@ -98,8 +99,12 @@ where
     /// Puts the drain on a response that arrived for `request`.
     pub(crate) fn wrap(mut response: Response<B>, request: RequestInfo) -> Response<DrainBody<B>> {
         let extensions = response.extensions_mut();
-        if extensions.insert(DrainOwned).is_some() {
+        // A `DrainOnDrop` below this one owns the drain (see `Nesting`).
+        if extensions.get::<DrainOwned>().is_some() {
             return response.map(DrainBody::disarmed);
+        }
+        if request.nested {
+            extensions.insert(DrainOwned);
         }
         let reuse = if request.shared.stats.is_observed() { ConnectionTag::take(extensions) } else { None };
         if let Some(conn) = reuse {

@@ -43,7 +43,7 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
-        let response = ready!(this.inner.poll(cx))?;
+        let response = ready!(Nesting::enter(|| this.inner.poll(cx)))?;
         let request = this.request.take().expect("ResponseFuture polled after completion");
         Poll::Ready(Ok(DrainBody::wrap(response, request)))
     }
@@ -52,6 +52,42 @@ where
 impl<F> std::fmt::Debug for ResponseFuture<F> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ResponseFuture").finish_non_exhaustive()
+    }
+}
+
+thread_local! {
+    /// How many `DrainOnDrop` calls (or polls of their response futures)
+    /// are on this thread's stack.
+    static NESTING: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// Tells a `DrainOnDrop` whether another one is calling it: the inner
+/// service of a `DrainOnDrop` is called, and its response future polled,
+/// inside the outer one's `call` and `poll` (also through retry, timeout,
+/// redirect and map layers between them). Only then does the inner one mark
+/// its responses as owned, so that a single layer pays nothing for stacking.
+/// A layer that calls its inner service later on another task (tower's
+/// `Buffer`) hides the nesting: two `DrainOnDrop` layers around a `Buffer`
+/// drain twice.
+pub(crate) struct Nesting;
+
+impl Nesting {
+    /// Runs `f` as the inside of a `DrainOnDrop` call or poll.
+    pub(crate) fn enter<T>(f: impl FnOnce() -> T) -> T {
+        struct Exit;
+        impl Drop for Exit {
+            fn drop(&mut self) {
+                NESTING.with(|n| n.set(n.get() - 1));
+            }
+        }
+        NESTING.with(|n| n.set(n.get() + 1));
+        let _exit = Exit;
+        f()
+    }
+
+    /// Whether another `DrainOnDrop` is calling (or polling) this one.
+    pub(crate) fn inside_another() -> bool {
+        NESTING.with(|n| n.get() > 0)
     }
 }
 
@@ -65,6 +101,8 @@ pub(crate) struct RequestInfo {
     pub(crate) trace: Option<Box<Trace>>,
     /// In adaptive mode: the request's origin.
     pub(crate) origin: Option<Arc<Origin>>,
+    /// Another `DrainOnDrop` is calling this one: mark the response as owned.
+    pub(crate) nested: bool,
 }
 
 impl RequestInfo {
@@ -82,6 +120,7 @@ impl RequestInfo {
             budget: if extensions.is_empty() { None } else { extensions.get::<DrainBudget>().copied() },
             trace,
             origin,
+            nested: Nesting::inside_another(),
         }
     }
 
@@ -90,6 +129,6 @@ impl RequestInfo {
     pub(crate) fn none(shared: Arc<Shared>) -> Self {
         let trace = tracing::enabled!(target: "drain_on_drop", tracing::Level::DEBUG)
             .then(|| Box::new(Trace { span: tracing::Span::current(), origin: String::new() }));
-        RequestInfo { shared, says: RequestSays::unknown(), budget: None, trace, origin: None }
+        RequestInfo { shared, says: RequestSays::unknown(), budget: None, trace, origin: None, nested: false }
     }
 }

@@ -7,7 +7,7 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::body::DrainBody;
-use crate::future::{RequestInfo, ResponseFuture};
+use crate::future::{Nesting, RequestInfo, ResponseFuture};
 use crate::layer::{DrainOnDropLayer, Shared};
 use crate::stats::DrainStats;
 
@@ -75,6 +75,6 @@ where
 
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
         let request = RequestInfo::read(&self.shared, &req);
-        ResponseFuture::new(self.inner.call(req), request)
+        ResponseFuture::new(Nesting::enter(|| self.inner.call(req)), request)
     }
 }

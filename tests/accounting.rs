@@ -219,7 +219,14 @@ async fn the_same_layer_stacked_twice_counts_and_drains_once() {
     let (client, connector) = client();
     let layer = DrainOnDropLayer::new();
     let stats = layer.stats();
-    let mut svc = ServiceBuilder::new().layer(layer.clone()).layer(layer).service(client);
+    // Layers between the two, which call and poll the inner one inside their
+    // own call and poll.
+    let mut svc = ServiceBuilder::new()
+        .layer(layer.clone())
+        .timeout(Duration::from_secs(30))
+        .map_response(|res: Response<_>| res)
+        .layer(layer)
+        .service(client);
     for _ in 0..5 {
         drop(svc.ready().await.unwrap().call(get(server.uri("/small"))).await.unwrap());
         wait_for("the drain to end", SLACK, || stats.snapshot().in_flight == 0).await;
