@@ -172,8 +172,8 @@ where
         .filter(|_| tracing::enabled!(target: "drain_on_drop", tracing::Level::DEBUG))
         .map(|o| o.view(adaptive_budget));
     match (decision, handle) {
-        (Decision::Drain(allowance, slot), Some(handle)) => {
-            drain::start(&handle, inner, allowance, slot, ctx, view)
+        (Decision::Drain(budget, slot), Some(handle)) => {
+            drain::start(&handle, inner, budget, slot, ctx, view)
         }
         (Decision::Skip(reason), _) => {
             drop(inner);

@@ -13,29 +13,30 @@ use tokio::runtime::Handle;
 use tokio::time::Sleep;
 
 use crate::body::DropContext;
-use crate::budget::Allowance;
+use crate::budget::{Allowance, DrainBudget};
 use crate::outcome::Reason;
 use crate::policy;
 use crate::stats::{AdaptiveView, Slot};
 
-/// Drains `body` within `allowance`: at once, with what is already there,
-/// when the drop happens on the runtime that will drain it; then, if the
-/// body has to wait for the server, on a task spawned on `handle`.
+/// Drains `body` within `budget`: first, in the drop, what is already
+/// there; then, if the body has to wait for the server, on a task spawned on
+/// `handle`, with a deadline `budget.max_time` after the drop.
 ///
-/// Never blocks: the first step reads only frames that are ready. If the
-/// runtime is shutting down the task is dropped unpolled, which drops the
-/// body (hyper closes the connection) and counts the drop as the policy says
-/// ([`policy::unfinished`]).
+/// Never blocks: the first step reads only frames that are ready, and reads
+/// no clock. If the runtime is shutting down the task is dropped unpolled,
+/// which drops the body (hyper closes the connection) and counts the drop as
+/// the policy says ([`policy::unfinished`]).
 pub(crate) fn start<B>(
     handle: &Handle,
     body: B,
-    allowance: Allowance,
+    budget: DrainBudget,
     slot: Slot,
     ctx: DropContext,
     view: Option<AdaptiveView>,
 ) where
     B: Body + Send + Unpin + 'static,
 {
+    let timed = view.is_some() || tracing::enabled!(target: "drain_on_drop", tracing::Level::DEBUG);
     let mut task = Drain {
         body: Some(body),
         ctx,
@@ -45,17 +46,17 @@ pub(crate) fn start<B>(
         first_wait: None,
         crossed: false,
         failed: false,
-        started: Instant::now(),
+        started: timed.then(Instant::now),
         polled: false,
     };
-    // On the drain's own runtime (so it is alive), a body whose rest is
-    // already buffered ends here: no task, no timer, one hop less before
-    // hyper can pool the connection.
-    // A panic of the body stays here, as it would in the task.
-    let on_its_runtime = Handle::try_current().is_ok_and(|current| current.id() == handle.id());
-    if on_its_runtime && !std::thread::panicking() {
+    // A body whose rest is already buffered ends here: no task, no timer,
+    // one hop less before hyper can pool the connection. A panic of the
+    // body stays here, as it would in the task (and is not risked while the
+    // thread already unwinds).
+    if !std::thread::panicking() {
         let mut cx = Context::from_waker(Waker::noop());
-        let first = catch_unwind(AssertUnwindSafe(|| task.poll_drain(&mut cx, allowance, None)));
+        let now = Allowance { max_bytes: budget.max_bytes, deadline: None };
+        let first = catch_unwind(AssertUnwindSafe(|| task.poll_drain(&mut cx, now, None)));
         match first {
             Ok(Poll::Pending) => {}
             // Left to the task: a body that fails in a drop made while the
@@ -72,6 +73,8 @@ pub(crate) fn start<B>(
             }
         }
     }
+    // The time budget counts from the drop, which is now.
+    let allowance = Allowance::starting_now(budget);
     // The join handle is dropped: the task is detached and ends by itself at
     // the end of the body, on the first error, or at the deadline.
     drop(handle.spawn(async move {
@@ -100,7 +103,9 @@ struct Drain<B> {
     crossed: bool,
     /// The body failed in the first step, at the drop.
     failed: bool,
-    started: Instant,
+    /// When the drain started, when its time is reported (an event or
+    /// adaptive mode): the clock is not read otherwise.
+    started: Option<Instant>,
     polled: bool,
 }
 
@@ -194,7 +199,7 @@ impl<B> Drain<B> {
         if self.slot.is_none() {
             return;
         }
-        let elapsed = self.started.elapsed();
+        let elapsed = self.started.map(|at| at.elapsed()).unwrap_or_default();
         let link_limited = matches!(reason, Reason::EndOfBody | Reason::OverBytes | Reason::OverTime);
         if let (Some(origin), Some((at, before)), true) = (&self.ctx.origin, self.first_wait, link_limited) {
             origin.record_drain(self.bytes - before, at.elapsed());

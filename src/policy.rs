@@ -17,7 +17,7 @@ use http_body::SizeHint;
 use tokio::runtime::{Handle, Id};
 
 use crate::adaptive::Origin;
-use crate::budget::{Allowance, DrainBudget};
+use crate::budget::DrainBudget;
 use crate::layer::{Config, Shared};
 use crate::outcome::Reason;
 use crate::stats::Slot;
@@ -131,9 +131,9 @@ pub(crate) struct AtDrop<'a> {
 pub(crate) enum Decision {
     /// Drop it now, as hyper alone would.
     Skip(Reason),
-    /// Drain it on the captured runtime within this allowance, holding this
+    /// Drain it within this budget (counted from the drop), holding this
     /// slot under `max_concurrent_drains`.
-    Drain(Allowance, Slot),
+    Drain(DrainBudget, Slot),
 }
 
 /// Decides what to do with a body dropped before its end. Also returns the
@@ -182,7 +182,7 @@ pub(crate) fn decide(shared: &Shared, at: &AtDrop<'_>) -> (Decision, Option<Drai
             break 'decide Decision::Skip(Reason::NoTimeDriver);
         }
         match shared.stats.try_acquire(config.max_concurrent_drains) {
-            Some(slot) => Decision::Drain(Allowance::starting_now(budget), slot),
+            Some(slot) => Decision::Drain(budget, slot),
             None => Decision::Skip(Reason::Saturated),
         }
     };
@@ -352,7 +352,9 @@ mod tests {
         drop(first);
         assert!(matches!(decide(&s, &at(None, 1, rt)).0, Decision::Drain(..)), "slot freed");
         match decide(&shared(10, Duration::MAX, 1), &at(None, 1, rt)).0 {
-            Decision::Drain(allowance, _) => assert!(allowance.deadline.is_none()),
+            Decision::Drain(budget, _) => {
+                assert!(crate::budget::Allowance::starting_now(budget).deadline.is_none(), "no deadline")
+            }
             Decision::Skip(r) => panic!("unexpected skip {r:?}"),
         }
     }
