@@ -60,6 +60,11 @@ pub(crate) fn inspect(
     if version >= Version::HTTP_2 {
         return Some(Reason::Http2);
     }
+    // A body of exact length only needs `Connection`, which most responses
+    // lack: look at the names alone first.
+    if exact_length && !request.close && !headers.keys().any(|name| name == CONNECTION) {
+        return (version <= Version::HTTP_10).then_some(Reason::ConnectionClose);
+    }
     // One pass over the headers (a handful on most responses), comparing
     // names, rather than a hashed lookup per header of interest.
     let mut head = Head::default();
@@ -357,6 +362,35 @@ mod tests {
             }
             Decision::Skip(r) => panic!("unexpected skip {r:?}"),
         }
+    }
+
+    #[test]
+    fn a_body_of_exact_length_still_honours_connection_close_and_http10() {
+        let says = |close| RequestSays { close, framing_unknown: false };
+        let cfg = Config::default();
+        let cl = headers(&[("content-length", "3")]);
+        assert_eq!(super::inspect(&cfg, says(false), Version::HTTP_11, &cl, true), None);
+        assert_eq!(
+            super::inspect(&cfg, says(true), Version::HTTP_11, &cl, true),
+            Some(Reason::ConnectionClose)
+        );
+        assert_eq!(
+            super::inspect(&cfg, says(false), Version::HTTP_10, &cl, true),
+            Some(Reason::ConnectionClose)
+        );
+        let close = headers(&[("content-length", "3"), ("connection", "close")]);
+        assert_eq!(
+            super::inspect(&cfg, says(false), Version::HTTP_11, &close, true),
+            Some(Reason::ConnectionClose)
+        );
+        let keep = headers(&[("content-length", "3"), ("connection", "keep-alive")]);
+        assert_eq!(super::inspect(&cfg, says(false), Version::HTTP_10, &keep, true), None);
+        let sse = headers(&[("content-length", "3"), ("content-type", "text/event-stream")]);
+        assert_eq!(
+            super::inspect(&cfg, says(false), Version::HTTP_11, &sse, true),
+            None,
+            "a known length ends"
+        );
     }
 
     #[test]
