@@ -75,11 +75,7 @@ pub(crate) fn inspect(
         } else if name == TRANSFER_ENCODING {
             head.transfer_encoding = true;
             // As hyper frames it: the last coding of the last header decides.
-            head.chunked = value
-                .to_str()
-                .ok()
-                .and_then(|v| v.rsplit(',').next())
-                .is_some_and(|t| t.trim().eq_ignore_ascii_case("chunked"));
+            head.chunked = last_coding_is_chunked(value);
         } else if name == CONTENT_LENGTH {
             head.content_length = true;
         } else if name == CONTENT_TYPE && !exact_length {
@@ -237,16 +233,20 @@ fn is_stream(config: &Config, value: &HeaderValue) -> bool {
     if types.is_empty() {
         return false;
     }
-    let Ok(media_type) = value.to_str() else {
-        return false;
-    };
-    let media_type = media_type.split(';').next().unwrap_or_default().trim();
-    types.iter().any(|t| t.eq_ignore_ascii_case(media_type))
+    let media_type = value.as_bytes().split(|&b| b == b';').next().unwrap_or_default().trim_ascii();
+    types.iter().any(|t| t.as_bytes().eq_ignore_ascii_case(media_type))
 }
 
 /// Whether a `Connection` value lists `token` (case-insensitive).
 fn lists(value: &HeaderValue, token: &str) -> bool {
-    value.to_str().is_ok_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
+    value.as_bytes().split(|&b| b == b',').any(|t| t.trim_ascii().eq_ignore_ascii_case(token.as_bytes()))
+}
+
+/// Whether the last coding of a `Transfer-Encoding` value is `chunked`.
+fn last_coding_is_chunked(value: &HeaderValue) -> bool {
+    let codings = value.as_bytes();
+    let last = codings.rsplit(|&b| b == b',').next().unwrap_or_default();
+    last.trim_ascii().eq_ignore_ascii_case(b"chunked")
 }
 
 /// Whether any `Connection` header lists `token`.
