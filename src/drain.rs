@@ -170,16 +170,11 @@ where
             let Some(data) = frame.data_ref() else { continue };
             let len = data.remaining() as u64;
             self.bytes = self.bytes.saturating_add(len);
-            if self.crossed && len > 0 {
-                // More data after the crossing frame: the body really is larger.
-                return Poll::Ready(Reason::OverBytes);
+            match policy::after_frame(self.bytes, len, allowance.max_bytes, self.crossed, body.size_hint()) {
+                policy::Budget::Within => {}
+                policy::Budget::Crossed => self.crossed = true,
+                policy::Budget::Spent => return Poll::Ready(Reason::OverBytes),
             }
-            let left = allowance.max_bytes.saturating_sub(self.bytes);
-            // The rest is known to be longer than what is left.
-            if body.size_hint().lower() > left {
-                return Poll::Ready(Reason::OverBytes);
-            }
-            self.crossed = self.bytes > allowance.max_bytes;
         }
         // A body that always has a frame ready never lets the timer fire.
         if allowance.deadline.is_some_and(|at| tokio::time::Instant::now() >= at) {

@@ -190,6 +190,31 @@ pub(crate) fn decide(shared: &Shared, at: &AtDrop<'_>) -> (Decision, Option<Drai
     (decision, adaptive_budget)
 }
 
+/// Where a drain stands against its byte allowance after a data frame.
+pub(crate) enum Budget {
+    /// Read on.
+    Within,
+    /// This frame took the drain past the allowance: read one more frame, to
+    /// see whether the body ends there (only its end marker or trailers left).
+    Crossed,
+    /// Give up (`over_bytes`).
+    Spent,
+}
+
+/// The byte rule of a running drain, after a data frame of `len` bytes
+/// brought it to `read` of `max_bytes`: more data after the crossing frame,
+/// or a rest known to be longer than what is left, is over the budget. So a
+/// drain reads at most `max_bytes` plus two frames.
+pub(crate) fn after_frame(read: u64, len: u64, max_bytes: u64, crossed: bool, rest: SizeHint) -> Budget {
+    if crossed && len > 0 {
+        return Budget::Spent;
+    }
+    if rest.lower() > max_bytes.saturating_sub(read) {
+        return Budget::Spent;
+    }
+    if read > max_bytes { Budget::Crossed } else { Budget::Within }
+}
+
 /// Why a drain task ended without reaching an outcome of its own: dropped
 /// before it was first polled (its runtime was shutting down when it was
 /// spawned), unwinding from a panic of the body, or dropped while running
@@ -391,6 +416,34 @@ mod tests {
             None,
             "a known length ends"
         );
+    }
+
+    #[test]
+    fn a_drain_reads_one_frame_past_the_budget_then_gives_up_on_more_data() {
+        let none = SizeHint::new();
+        assert!(matches!(after_frame(10, 10, 10, false, none), Budget::Within), "exactly the budget");
+        assert!(matches!(after_frame(11, 5, 10, false, none), Budget::Crossed));
+        assert!(matches!(after_frame(12, 1, 10, true, none), Budget::Spent), "data after the crossing frame");
+        assert!(matches!(after_frame(11, 0, 10, true, none), Budget::Crossed), "an empty frame is no data");
+        assert!(
+            matches!(after_frame(4, 4, 10, false, SizeHint::with_exact(7)), Budget::Spent),
+            "rest known too long"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_adaptive_budget_of_zero_is_reconnect_cheaper_not_disabled() {
+        let rt = Handle::current();
+        let layer = shared(256 * 1024, Duration::from_millis(50), 1024);
+        let key = crate::adaptive::OriginKey::from_uri(&"http://lan.example/".parse().unwrap()).unwrap();
+        let origin = layer.origins.get(&key);
+        // A connection that costs nothing to open, on a measured link.
+        origin.record_connection(false, Duration::ZERO);
+        origin.record_drain(1 << 20, Duration::from_millis(10));
+        let at = AtDrop { origin: Some(&origin), ..at(None, 100, Some(&rt)) };
+        let (decision, budget) = decide(&layer, &at);
+        assert_eq!(skip((decision, budget)), Some(Reason::ReconnectCheaper));
+        assert_eq!(budget.map(|b| b.max_bytes()), Some(0), "decided with a zero budget");
     }
 
     #[test]
