@@ -80,7 +80,11 @@
 //!
 //! Stacked `DrainOnDrop` layers (the same layer twice, or two with
 //! different budgets) drain and count each early drop once: the innermost
-//! owns it, and outer ones pass its body through.
+//! owns it, and outer ones pass its body through. They find each other
+//! through the call stack (an inner one is called, and its future polled,
+//! inside the outer one's `call` and `poll`), so a layer between them that
+//! calls its inner service later on another task (tower's `Buffer`) hides
+//! the nesting and both drain.
 //!
 //! # Counting and exporting
 //!
@@ -88,7 +92,7 @@
 //! taken after one that saw `in_flight == 0` includes every drop that ended
 //! before it. [`DrainSnapshot::iter`] lists every [`Reason`] with its count,
 //! so an exporter labels a counter by `reason.outcome().as_str()` and
-//! `reason.as_str()` without naming the reasons; `examples/metrics.rs` does
+//! `reason.as_str()` without naming the reasons; the repository's `metrics` example does
 //! it with `prometheus-client`. [`DrainSnapshot::since`] gives the
 //! difference of two snapshots.
 

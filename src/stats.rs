@@ -71,7 +71,7 @@ impl fmt::Debug for DrainStats {
 /// [`iter`](Self::iter)) in every snapshot. To export, iterate: each
 /// `(reason, value)` pair is a counter labelled `outcome =
 /// reason.outcome().as_str()` and `reason = reason.as_str()` (see
-/// `examples/metrics.rs`).
+/// the repository's `metrics` example).
 ///
 /// ```
 /// use drain_on_drop::{DrainOnDropLayer, Reason};
