@@ -7,7 +7,7 @@ mod support;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use drain_on_drop::{DrainOnDropLayer, Reason};
+use drain_on_drop::{DrainOnDropLayer, DrainSnapshot, Reason};
 use tower::{Service, ServiceBuilder, ServiceExt};
 
 use support::{RawServer, Step, client, get, wait_for};
@@ -26,18 +26,29 @@ fn asgi_style(len: usize, terminator_after: Duration) -> Vec<Step> {
     ]
 }
 
+/// `n` sequential GETs through `layer`, each body dropped unread and its
+/// drain waited for; returns the stats at the end.
+async fn drop_each(
+    server: &RawServer,
+    client: support::TestClient,
+    layer: DrainOnDropLayer,
+    n: usize,
+) -> DrainSnapshot {
+    let stats = layer.stats();
+    let mut svc = ServiceBuilder::new().layer(layer).service(client);
+    for _ in 0..n {
+        drop(svc.ready().await.unwrap().call(get(server.uri("/"))).await.unwrap());
+        wait_for("the drain to end", SLACK, || stats.snapshot().in_flight == 0).await;
+    }
+    stats.snapshot()
+}
+
 #[tokio::test]
 async fn a_chunked_body_just_over_the_budget_whose_end_marker_comes_late_is_drained_and_reused() {
     let server = RawServer::start(|_| asgi_style(257 * KIB, Duration::from_millis(5))).await;
     let (client, connector) = client();
     let layer = DrainOnDropLayer::new();
-    let stats = layer.stats();
-    let mut svc = ServiceBuilder::new().layer(layer).service(client);
-    for _ in 0..20 {
-        drop(svc.ready().await.unwrap().call(get(server.uri("/"))).await.unwrap());
-        wait_for("the drain to end", SLACK, || stats.snapshot().in_flight == 0).await;
-    }
-    let s = stats.snapshot();
+    let s = drop_each(&server, client, layer, 20).await;
     assert_eq!(s.count(Reason::EndOfBody), 20, "only the end marker was missing: {s:?}");
     assert_eq!(s.bytes_drained, 20 * 257 * KIB as u64, "{s:?}");
     assert!(
@@ -61,13 +72,7 @@ async fn trailers_after_the_crossing_frame_are_drained() {
     .await;
     let (client, _) = client();
     let layer = DrainOnDropLayer::new().max_bytes(16 * KIB as u64);
-    let stats = layer.stats();
-    let mut svc = ServiceBuilder::new().layer(layer).service(client);
-    for _ in 0..5 {
-        drop(svc.ready().await.unwrap().call(get(server.uri("/"))).await.unwrap());
-        wait_for("the drain to end", SLACK, || stats.snapshot().in_flight == 0).await;
-    }
-    let s = stats.snapshot();
+    let s = drop_each(&server, client, layer, 5).await;
     assert_eq!(s.count(Reason::EndOfBody), 5, "{s:?}");
     assert_eq!(server.accepted(), 1);
 }
@@ -77,13 +82,7 @@ async fn a_larger_chunked_body_is_abandoned_within_the_budget_plus_two_frames() 
     let server = RawServer::start(|_| asgi_style(1024 * KIB, Duration::ZERO)).await;
     let (client, _) = client();
     let layer = DrainOnDropLayer::new().max_time(Duration::from_secs(5));
-    let stats = layer.stats();
-    let mut svc = ServiceBuilder::new().layer(layer).service(client);
-    for _ in 0..5 {
-        drop(svc.ready().await.unwrap().call(get(server.uri("/"))).await.unwrap());
-        wait_for("the drain to end", SLACK, || stats.snapshot().in_flight == 0).await;
-    }
-    let s = stats.snapshot();
+    let s = drop_each(&server, client, layer, 5).await;
     assert_eq!(s.count(Reason::OverBytes), 5, "{s:?}");
     let bound = 5 * (256 + 2 * 16) * KIB as u64;
     assert!(s.bytes_drained <= bound, "at most the budget plus two 16 KiB frames each: {s:?}");
