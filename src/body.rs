@@ -172,9 +172,7 @@ where
         .filter(|_| tracing::enabled!(target: "drain_on_drop", tracing::Level::DEBUG))
         .map(|o| o.view(adaptive_budget));
     match (decision, handle) {
-        (Decision::Drain(budget, slot), Some(handle)) => {
-            drain::start(&handle, inner, budget, slot, ctx, view)
-        }
+        (Decision::Drain(budget), Some(handle)) => drain::start(&handle, inner, budget, ctx, view),
         (Decision::Skip(reason), _) => {
             drop(inner);
             ctx.record(reason, 0, Duration::ZERO, view);

@@ -30,7 +30,6 @@ pub(crate) fn start<B>(
     handle: &Handle,
     body: B,
     budget: DrainBudget,
-    slot: Slot,
     ctx: DropContext,
     view: Option<AdaptiveView>,
 ) where
@@ -40,7 +39,8 @@ pub(crate) fn start<B>(
     let mut task = Drain {
         body: Some(body),
         ctx,
-        slot: Some(slot),
+        slot: None,
+        recorded: false,
         view,
         bytes: 0,
         first_wait: None,
@@ -73,6 +73,12 @@ pub(crate) fn start<B>(
             }
         }
     }
+    // It has to wait: a background drain, if the cap lets it.
+    let Some(slot) = policy::admit(&task.ctx.shared) else {
+        task.polled = true;
+        return task.finish(Reason::Saturated);
+    };
+    task.slot = Some(slot);
     // The time budget counts from the drop, which is now.
     let allowance = Allowance::starting_now(budget);
     // The join handle is dropped: the task is detached and ends by itself at
@@ -84,14 +90,16 @@ pub(crate) fn start<B>(
     }));
 }
 
-/// One drain: owns the body and its slot until the outcome is recorded,
+/// One drain: owns the body (and, on a task, its slot) until the outcome is recorded,
 /// however the task ends (finished, dropped unpolled, cancelled, unwinding).
 struct Drain<B> {
     /// `None` once dropped.
     body: Option<B>,
     ctx: DropContext,
-    /// `None` once the outcome was recorded.
+    /// Its place under `max_concurrent_drains`, once it goes to a task.
     slot: Option<Slot>,
+    /// The outcome was recorded.
+    recorded: bool,
     view: Option<AdaptiveView>,
     /// Data bytes read so far.
     bytes: u64,
@@ -191,9 +199,10 @@ impl<B> Drain<B> {
     /// outcome is visible before `in_flight` drops.
     fn finish(&mut self, reason: Reason) {
         drop(self.body.take());
-        if self.slot.is_none() {
+        if self.recorded {
             return;
         }
+        self.recorded = true;
         let elapsed = self.started.map(|at| at.elapsed()).unwrap_or_default();
         let link_limited = matches!(reason, Reason::EndOfBody | Reason::OverBytes | Reason::OverTime);
         if let (Some(origin), Some((at, before)), true) = (&self.ctx.origin, self.first_wait, link_limited) {
@@ -206,7 +215,7 @@ impl<B> Drain<B> {
 
 impl<B> Drop for Drain<B> {
     fn drop(&mut self) {
-        if self.slot.is_some() {
+        if !self.recorded {
             self.finish(policy::unfinished(self.polled, std::thread::panicking()));
         }
     }

@@ -163,10 +163,12 @@ impl DrainOnDropLayer {
         })
     }
 
-    /// The most drains running at once, across every service built from this
-    /// layer. A body dropped while that many drains run is not drained
-    /// (counted as skipped), so a flood of early drops cannot grow background
-    /// work without bound.
+    /// The most drains running at once in the background, across every
+    /// service built from this layer. A body dropped while that many drains
+    /// run is not drained (counted as skipped, `saturated`), so a flood of
+    /// early drops cannot grow background work without bound. A drain that
+    /// ends in the drop itself (the rest of the body was already buffered)
+    /// runs no task and takes no place.
     ///
     /// A drain lasts at most `max_time`, so the number running is about the
     /// rate of early drops times their drain time: 10,000 drops a second of

@@ -115,7 +115,9 @@ reasons! {
     /// An open-ended stream (a content type listed in
     /// [`stream_content_types`](crate::DrainOnDropLayer::stream_content_types)).
     Stream = "stream", Skipped;
-    /// `max_concurrent_drains` drains were already running.
+    /// `max_concurrent_drains` drains were already running in the
+    /// background when this body had to wait for the server (what it had
+    /// already buffered was read at the drop and counts in `bytes_drained`).
     Saturated = "saturated", Skipped;
     /// No tokio runtime was current when the response arrived, or it shut
     /// down before the drain could start.

@@ -132,9 +132,9 @@ pub(crate) struct AtDrop<'a> {
 pub(crate) enum Decision {
     /// Drop it now, as hyper alone would.
     Skip(Reason),
-    /// Drain it within this budget (counted from the drop), holding this
-    /// slot under `max_concurrent_drains`.
-    Drain(DrainBudget, Slot),
+    /// Drain it within this budget (counted from the drop): at once what is
+    /// buffered, then, if [`admit`] lets it, on a task.
+    Drain(DrainBudget),
 }
 
 /// Decides what to do with a body dropped before its end. Also returns the
@@ -182,10 +182,10 @@ pub(crate) fn decide(shared: &Shared, at: &AtDrop<'_>) -> (Decision, Option<Drai
         if lacks_time_driver(runtime) {
             break 'decide Decision::Skip(Reason::NoTimeDriver);
         }
-        match shared.stats.try_acquire(config.max_concurrent_drains) {
-            Some(slot) => Decision::Drain(budget, slot),
-            None => Decision::Skip(Reason::Saturated),
+        if shared.stats.in_flight() >= config.max_concurrent_drains as u64 {
+            break 'decide Decision::Skip(Reason::Saturated);
         }
+        Decision::Drain(budget)
     };
     (decision, adaptive_budget)
 }
@@ -213,6 +213,13 @@ pub(crate) fn after_frame(read: u64, len: u64, max_bytes: u64, crossed: bool, re
         return Budget::Spent;
     }
     if read > max_bytes { Budget::Crossed } else { Budget::Within }
+}
+
+/// Admits a drain that has to wait for the server to the background, under
+/// `max_concurrent_drains`: its slot, or `None` (`saturated`) when that many
+/// drains are running. A drain that ends in the drop holds no slot.
+pub(crate) fn admit(shared: &Shared) -> Option<Slot> {
+    shared.stats.try_acquire(shared.config.max_concurrent_drains)
 }
 
 /// Why a drain task ended without reaching an outcome of its own: dropped
@@ -376,13 +383,17 @@ mod tests {
         assert_eq!(skip(decide(&shared(10, ms(50), 1), &at(None, 11, rt))), Some(Reason::DeclaredOverBudget));
         assert_eq!(skip(decide(&shared(10, ms(50), 1), &at(None, 10, None))), Some(Reason::NoRuntime));
         let s = shared(10, ms(50), 1);
-        let first = decide(&s, &at(None, 10, rt));
-        assert!(matches!(first.0, Decision::Drain(..)), "exactly the budget is drained");
+        assert!(
+            matches!(decide(&s, &at(None, 10, rt)).0, Decision::Drain(..)),
+            "exactly the budget is drained"
+        );
+        let running = admit(&s).expect("one slot");
+        assert!(admit(&s).is_none(), "the cap holds");
         assert_eq!(skip(decide(&s, &at(None, 1, rt))), Some(Reason::Saturated));
-        drop(first);
+        drop(running);
         assert!(matches!(decide(&s, &at(None, 1, rt)).0, Decision::Drain(..)), "slot freed");
         match decide(&shared(10, Duration::MAX, 1), &at(None, 1, rt)).0 {
-            Decision::Drain(budget, _) => {
+            Decision::Drain(budget) => {
                 assert!(crate::budget::Allowance::starting_now(budget).deadline.is_none(), "no deadline")
             }
             Decision::Skip(r) => panic!("unexpected skip {r:?}"),
