@@ -17,9 +17,10 @@
 //!   bound as `uvicorn app --port N` does (TCP_NODELAY) and as
 //!   `uvicorn --workers N` does (no TCP_NODELAY).
 //!
-//! Each cell asserts the bound on the medians of its runs: with the
-//! layer, new connections ≤ hyper-util alone, and ≤ read-to-end + 1 where the
-//! layer drained the bodies (a body declared over the budget is skipped, as
+//! Each cell asserts the bound on the medians of the layer's runs,
+//! against the worst run of each control (both vary at the floor with
+//! hyper-util's checkout race): with the layer, new connections ≤ hyper-util
+//! alone, and ≤ read-to-end + 1 where the layer drained the bodies (a body declared over the budget is skipped, as
 //! hyper alone closes it; `uvicorn --workers` is held to ≤ alone, see
 //! `cells::Bound`). Every table is printed before the test fails, with the
 //! cells that broke the bound.
