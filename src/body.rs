@@ -159,16 +159,17 @@ where
         return;
     }
     let handle = ctx.handle.take();
-    let origin = ctx.origin.clone();
     let at = AtDrop {
         head: ctx.head,
         request_budget: ctx.budget,
-        origin: origin.as_deref(),
+        origin: ctx.origin.as_deref(),
         remaining: inner.size_hint(),
         runtime: handle.as_ref(),
     };
     let (decision, adaptive_budget) = policy::decide(&ctx.shared, &at);
-    let view = origin
+    let view = ctx
+        .origin
+        .as_ref()
         .filter(|_| tracing::enabled!(target: "drain_on_drop", tracing::Level::DEBUG))
         .map(|o| o.view(adaptive_budget));
     match (decision, handle) {

@@ -63,19 +63,12 @@ pub(crate) fn start<B>(
             // runtime tears down (its connection task already gone) counts
             // as the runtime's, when the task is dropped unpolled.
             Ok(Poll::Ready(Reason::BodyError)) => task.failed = true,
-            Ok(Poll::Ready(reason)) => {
-                task.polled = true;
-                return task.finish(reason);
-            }
-            Err(_) => {
-                task.polled = true;
-                return task.finish(policy::unfinished(true, true));
-            }
+            Ok(Poll::Ready(reason)) => return task.finish(reason),
+            Err(_) => return task.finish(policy::unfinished(true, true)),
         }
     }
     // It has to wait: a background drain, if the cap lets it.
     let Some(slot) = policy::admit(&task.ctx.shared) else {
-        task.polled = true;
         return task.finish(Reason::Saturated);
     };
     task.slot = Some(slot);
@@ -114,6 +107,8 @@ struct Drain<B> {
     /// When the drain started, when its time is reported (an event or
     /// adaptive mode): the clock is not read otherwise.
     started: Option<Instant>,
+    /// The task was polled: dropped without an outcome, it was cancelled
+    /// rather than never run (read only then, by `Drop`).
     polled: bool,
 }
 

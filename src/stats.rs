@@ -331,34 +331,24 @@ impl Report<'_> {
                 Outcome::Skipped => "response body dropped early; not drained",
                 _ => "response body dropped early; drain ended",
             };
-            match self.adaptive {
-                None => tracing::debug!(
-                    target: "drain_on_drop",
-                    outcome = self.reason.outcome().as_str(),
-                    reason = self.reason.as_str(),
-                    origin,
-                    status = self.status,
-                    caller_read = self.caller_read,
-                    bytes_drained = self.bytes_drained,
-                    elapsed_us,
-                    "{message}"
-                ),
-                Some(a) => tracing::debug!(
-                    target: "drain_on_drop",
-                    outcome = self.reason.outcome().as_str(),
-                    reason = self.reason.as_str(),
-                    origin,
-                    status = self.status,
-                    caller_read = self.caller_read,
-                    bytes_drained = self.bytes_drained,
-                    elapsed_us,
-                    setup_cost_us = a.setup_cost.map(|d| d.as_micros() as u64),
-                    throughput = a.throughput,
-                    budget_bytes = a.budget.map(|b| b.max_bytes),
-                    budget_time_us = a.budget.map(|b| b.max_time.as_micros() as u64),
-                    "{message}"
-                ),
-            }
+            // `None` values are not recorded: outside adaptive mode the
+            // event has no estimate fields.
+            let a = self.adaptive;
+            tracing::debug!(
+                target: "drain_on_drop",
+                outcome = self.reason.outcome().as_str(),
+                reason = self.reason.as_str(),
+                origin,
+                status = self.status,
+                caller_read = self.caller_read,
+                bytes_drained = self.bytes_drained,
+                elapsed_us,
+                setup_cost_us = a.and_then(|a| a.setup_cost).map(|d| d.as_micros() as u64),
+                throughput = a.and_then(|a| a.throughput),
+                budget_bytes = a.and_then(|a| a.budget).map(|b| b.max_bytes),
+                budget_time_us = a.and_then(|a| a.budget).map(|b| b.max_time.as_micros() as u64),
+                "{message}"
+            );
         };
         match self.trace {
             Some(trace) => trace.span.in_scope(emit),
