@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 use common::args::Args;
 use common::client::{BenchClient, Kind, Read};
 use common::proxy::LinkConfig;
-use common::run::{Case, Outcome, Runtimes};
+use common::run::{Case, Outcome, Runtimes, sequential_on};
 use common::server::{Endpoint, Framing, Net};
 use common::table::{Table, conns, ms, ratio};
 use common::{BoxError, KIB};
@@ -184,59 +184,37 @@ impl Condition {
 async fn conditioned_run(
     runtimes: &Runtimes,
     net: &Net,
-    mut client: BenchClient,
+    client: BenchClient,
     case: Case,
     condition: Condition,
     n: usize,
-    mut each: impl FnMut(usize, Duration, &BenchClient),
+    each: impl FnMut(usize, Duration, &BenchClient),
 ) -> Result<Outcome, BoxError> {
     let endpoint = Endpoint::start(runtimes.server.handle(), net);
     let uri = endpoint.uri(case.len, case.framing);
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let cross = (condition == Condition::CrossTraffic).then(|| {
         let mut other = BenchClient::new(Kind::ReadToEnd, net);
         let big = endpoint.uri(4 * 1024 * KIB, Framing::ContentLength);
-        let stop = stop.clone();
-        tokio::spawn(async move {
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                if other.get(big.clone(), Read::ToEnd).await.is_err() {
-                    break;
-                }
-            }
-        })
+        tokio::spawn(async move { while other.get(big.clone(), Read::ToEnd).await.is_ok() {} })
     });
     if cross.is_some() {
         // Let the bulk transfer fill the link before the run starts.
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
-    let mut latencies = Vec::with_capacity(n);
-    let mut at_half = 0;
-    let start = Instant::now();
-    for i in 1..=n {
-        let (uri, read) = match condition {
-            Condition::SlowEndpoint if i == 1 => {
-                (endpoint.slow_uri(case.len, Duration::from_millis(400)), Read::ToEnd)
-            }
-            Condition::SlowReader if i % 2 == 0 => {
-                (uri.clone(), Read::ToEndAfter(Duration::from_millis(200)))
-            }
-            _ => (uri.clone(), case.read),
-        };
-        let sent = Instant::now();
-        std::hint::black_box(client.get(uri, read).await?);
-        let latency = sent.elapsed();
-        latencies.push(latency);
-        each(i, latency, &client);
-        if i == n / 2 {
-            at_half = client.connections();
+    let request = |i: usize| match condition {
+        Condition::SlowEndpoint if i == 1 => {
+            (endpoint.slow_uri(case.len, Duration::from_millis(400)), Read::ToEnd)
         }
-    }
-    let elapsed = start.elapsed();
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        Condition::SlowReader if i.is_multiple_of(2) => {
+            (uri.clone(), Read::ToEndAfter(Duration::from_millis(200)))
+        }
+        _ => (uri.clone(), case.read),
+    };
+    let outcome = sequential_on(&endpoint, client, n, request, each).await;
     if let Some(cross) = cross {
         cross.abort();
     }
-    Ok(Outcome::of(&client, &endpoint, elapsed, latencies, at_half).await)
+    outcome
 }
 
 /// Whether `DRAIN_BENCH_TRACE` asks for per-request lines and the layer's

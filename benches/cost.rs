@@ -7,36 +7,18 @@
 //! `bare_read`, `layer_read`, `bare_drop`, `layer_drop`. Instructions per
 //! iteration = (count at 2N − count at N) / N, which cancels start-up.
 
+mod common;
+
 use std::convert::Infallible;
 use std::hint::black_box;
-use std::pin::Pin;
-use std::task::{Context, Poll};
 
 use bytes::Bytes;
+use common::NotAtEnd;
 use drain_on_drop::DrainOnDropLayer;
 use http::{Request, Response};
-use http_body::{Body, Frame, SizeHint};
+use http_body::Body;
 use http_body_util::{BodyExt, Full};
 use tower::{Service, ServiceBuilder, ServiceExt};
-
-/// A chunked body that is not at its end and ends when polled.
-struct NotAtEnd;
-
-impl Body for NotAtEnd {
-    type Data = Bytes;
-    type Error = Infallible;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        _: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        Poll::Ready(None)
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        SizeHint::new()
-    }
-}
 
 async fn read<S, B>(svc: &mut S)
 where

@@ -19,10 +19,8 @@ mod common;
 
 use std::convert::Infallible;
 use std::hint::black_box;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -30,12 +28,12 @@ use common::client::{BenchClient, Kind, Read, send};
 use common::run::Runtimes;
 use common::server::{Endpoint, Framing, Net};
 use common::table::Table;
-use common::{BoxError, KIB};
+use common::{BoxError, KIB, NotAtEnd};
 use criterion::{BenchmarkId, Criterion, criterion_group};
 use drain_on_drop::{DrainBody, DrainOnDropLayer, DrainStats};
 use http::header::{CONTENT_LENGTH, HeaderValue, TRANSFER_ENCODING};
 use http::{Request, Response};
-use http_body::{Body, Frame};
+use http_body::Body;
 use http_body_util::Full;
 use tokio::runtime::Runtime;
 use tower::{Service, ServiceBuilder};
@@ -120,24 +118,6 @@ fn read_to_end_in_memory(c: &mut Criterion) {
         })
     });
     group.finish();
-}
-
-/// A body that reports it is not at its end, and ends when polled: dropping
-/// it through the layer starts a drain, which ends on its first poll. (A
-/// body that never ended would keep each drain running for `max_time`, and
-/// after 1024 of them the layer would skip drains instead.)
-struct NotAtEnd;
-
-impl Body for NotAtEnd {
-    type Data = Bytes;
-    type Error = Infallible;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        _cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        Poll::Ready(None)
-    }
 }
 
 /// Drops per batch; between batches the drain tasks run to their end.

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use drain_on_drop::DrainSnapshot;
+use http::Uri;
 use tokio::runtime::{Builder, Runtime};
 use tokio::task::JoinSet;
 
@@ -73,7 +74,7 @@ impl Outcome {
 
     /// Waits for the run to go quiet, then reads the counters. `at_half`:
     /// connections opened when half the requests had completed.
-    pub async fn of(
+    async fn of(
         client: &BenchClient,
         endpoint: &Endpoint,
         elapsed: Duration,
@@ -101,6 +102,34 @@ impl Outcome {
 /// drains run) and the server runtime (servers and proxies), 2 worker
 /// threads each, so that the server's work is not scheduled behind the
 /// client's tasks.
+/// `n` sequential requests by `client` to `endpoint`, the `i`th (from 1) to
+/// the URI and with the read that `request(i)` gives; `each` sees every
+/// request's latency.
+pub async fn sequential_on(
+    endpoint: &Endpoint,
+    mut client: BenchClient,
+    n: usize,
+    mut request: impl FnMut(usize) -> (Uri, Read),
+    mut each: impl FnMut(usize, Duration, &BenchClient),
+) -> Result<Outcome, BoxError> {
+    let mut latencies = Vec::with_capacity(n);
+    let mut at_half = 0;
+    let start = Instant::now();
+    for i in 1..=n {
+        let (uri, read) = request(i);
+        let sent = Instant::now();
+        black_box(client.get(uri, read).await?);
+        let latency = sent.elapsed();
+        latencies.push(latency);
+        each(i, latency, &client);
+        if i == n / 2 {
+            at_half = client.connections();
+        }
+    }
+    let elapsed = start.elapsed();
+    Ok(Outcome::of(&client, endpoint, elapsed, latencies, at_half).await)
+}
+
 pub struct Runtimes {
     pub client: Runtime,
     pub server: Runtime,
@@ -141,28 +170,14 @@ impl Runtimes {
     pub async fn sequential_run(
         &self,
         net: &Net,
-        mut client: BenchClient,
+        client: BenchClient,
         case: Case,
         n: usize,
-        mut each: impl FnMut(usize, Duration, &BenchClient),
+        each: impl FnMut(usize, Duration, &BenchClient),
     ) -> Result<Outcome, BoxError> {
         let endpoint = Endpoint::start(self.server.handle(), net);
         let uri = endpoint.uri(case.len, case.framing);
-        let mut latencies = Vec::with_capacity(n);
-        let mut at_half = 0;
-        let start = Instant::now();
-        for i in 1..=n {
-            let sent = Instant::now();
-            black_box(client.get(uri.clone(), case.read).await?);
-            let latency = sent.elapsed();
-            latencies.push(latency);
-            each(i, latency, &client);
-            if i == n / 2 {
-                at_half = client.connections();
-            }
-        }
-        let elapsed = start.elapsed();
-        Ok(Outcome::of(&client, &endpoint, elapsed, latencies, at_half).await)
+        sequential_on(&endpoint, client, n, |_| (uri.clone(), case.read), each).await
     }
 
     /// `callers` tasks sharing one fresh `kind` client (one pool), each
