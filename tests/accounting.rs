@@ -22,7 +22,7 @@ use http_body::{Body, Frame, SizeHint};
 use http_body_util::Full;
 use tower::{Service, ServiceBuilder, ServiceExt};
 
-use support::{RawServer, Step, client, content_length, get, wait_for};
+use support::{RawServer, Step, big_or_small, client, content_length, get, wait_for};
 
 const SLACK: Duration = Duration::from_secs(5);
 
@@ -210,11 +210,7 @@ async fn a_concurrency_cap_of_zero_is_disabled_not_saturated() {
 
 #[tokio::test]
 async fn the_same_layer_stacked_twice_counts_and_drains_once() {
-    let server = RawServer::start(|h| match h.path.as_str() {
-        "/big" => content_length(1, 1 << 20),
-        _ => content_length(2, 64 * 1024),
-    })
-    .await;
+    let server = big_or_small(64 * 1024).await;
     let (client, connector) = client();
     let layer = DrainOnDropLayer::new();
     let stats = layer.stats();
@@ -291,11 +287,7 @@ async fn layer_and_stats_debug_output_carries_no_credentials() {
 
 #[tokio::test]
 async fn the_metrics_example_exports_every_reason_with_its_count() {
-    let server = RawServer::start(|h| match h.path.as_str() {
-        "/big" => content_length(1, 1 << 20),
-        _ => content_length(2, 1000),
-    })
-    .await;
+    let server = big_or_small(1000).await;
     let (client, _) = client();
     let layer = DrainOnDropLayer::new();
     let registry = metrics_example::registry(layer.stats());

@@ -13,7 +13,7 @@ use drain_on_drop::DrainOnDropLayer;
 use http_body_util::BodyExt;
 use tower::{Service, ServiceBuilder, ServiceExt};
 
-use support::{RawServer, client, content_length, wait_for};
+use support::{big_or_small, client, wait_for};
 
 const SLACK: Duration = Duration::from_secs(5);
 
@@ -90,11 +90,7 @@ fn drop_events_are_emitted_in_the_request_span_with_origin_and_status() {
     // Current thread: the drain task runs on this thread, under this subscriber.
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let port = rt.block_on(async {
-        let server = RawServer::start(|h| match h.path.as_str() {
-            "/big" => content_length(1, 1 << 20),
-            _ => content_length(2, 1000),
-        })
-        .await;
+        let server = big_or_small(1000).await;
         let (client, _) = client();
         let layer = DrainOnDropLayer::new();
         let stats = layer.stats();

@@ -279,6 +279,16 @@ pub fn content_length(seed: u64, len: usize) -> Vec<Step> {
     vec![Step::Write(out)]
 }
 
+/// A server answering `/big` with 1 MiB (over the default byte budget) and
+/// every other path with `small` bytes, both with `Content-Length`.
+pub async fn big_or_small(small: usize) -> RawServer {
+    RawServer::start(move |h| match h.path.as_str() {
+        "/big" => content_length(1, MIB),
+        _ => content_length(2, small),
+    })
+    .await
+}
+
 /// Steps for a chunked response carrying `body_bytes(seed, len)` in chunks of `chunk`.
 pub fn chunked(seed: u64, len: usize, chunk: usize) -> Vec<Step> {
     vec![
