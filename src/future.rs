@@ -107,12 +107,11 @@ pub(crate) struct RequestInfo {
 
 impl RequestInfo {
     pub(crate) fn read<B>(shared: &Arc<Shared>, req: &Request<B>) -> Self {
-        let key = || OriginKey::from_uri(req.uri());
-        let origin = shared.config.adaptive.then(key).flatten().map(|key| shared.origins.get(&key));
-        let trace = tracing::enabled!(target: "drain_on_drop", tracing::Level::DEBUG).then(|| {
-            let origin = key().map(|k| k.to_string()).unwrap_or_default();
-            Box::new(Trace { span: tracing::Span::current(), origin })
-        });
+        let traced = tracing::enabled!(target: "drain_on_drop", tracing::Level::DEBUG);
+        // Parsed once, for the origin table and the event alike.
+        let key = (shared.config.adaptive || traced).then(|| OriginKey::from_uri(req.uri())).flatten();
+        let trace = traced.then(|| Trace::capture(key.as_ref().map(|k| k.to_string()).unwrap_or_default()));
+        let origin = key.filter(|_| shared.config.adaptive).map(|key| shared.origins.get(&key));
         let extensions = req.extensions();
         RequestInfo {
             shared: shared.clone(),
@@ -128,7 +127,7 @@ impl RequestInfo {
     /// ([`wrap_response`](crate::DrainOnDropLayer::wrap_response)).
     pub(crate) fn none(shared: Arc<Shared>) -> Self {
         let trace = tracing::enabled!(target: "drain_on_drop", tracing::Level::DEBUG)
-            .then(|| Box::new(Trace { span: tracing::Span::current(), origin: String::new() }));
+            .then(|| Trace::capture(String::new()));
         RequestInfo { shared, says: RequestSays::unknown(), budget: None, trace, origin: None, nested: false }
     }
 }

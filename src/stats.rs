@@ -300,6 +300,13 @@ pub(crate) struct Trace {
     pub(crate) origin: String,
 }
 
+impl Trace {
+    /// The current span, with `origin`.
+    pub(crate) fn capture(origin: String) -> Box<Trace> {
+        Box::new(Trace { span: tracing::Span::current(), origin })
+    }
+}
+
 /// The adaptive figures a drop was decided with.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct AdaptiveView {
