@@ -88,10 +88,9 @@ impl Policy {
         }
     }
 
-    /// A fresh client. Every policy's connector reports connection
-    /// addresses (`HttpInfo`), as `HttpConnector` and TLS connectors built
-    /// on it do: the adaptive mode needs them to tell new connections from
-    /// reused ones.
+    /// A fresh client. Every policy's connector is wrapped in an observer
+    /// (which the adaptive mode needs to measure setup costs), so every
+    /// policy pays the same.
     fn client(self, net: &Net) -> BenchClient {
         let kind = match self {
             Policy::ReadToEnd => Kind::ReadToEnd,

@@ -17,7 +17,7 @@ use http::{Request, Response, Uri};
 use http_body::Body;
 use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector, HttpInfo};
+use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio_rustls::TlsConnector;
@@ -96,9 +96,6 @@ pub struct CountingConnector {
     http: HttpConnector,
     tls: Option<TlsConnector>,
     counts: Arc<Counts>,
-    /// Report the TCP connection's addresses (`HttpInfo`) to hyper-util, as
-    /// `HttpConnector` and the TLS connectors built on it do.
-    http_info: bool,
 }
 
 impl CountingConnector {
@@ -112,16 +109,7 @@ impl CountingConnector {
                 Some(tls.connector.clone())
             }
         };
-        CountingConnector { http, tls, counts: Arc::default(), http_info: false }
-    }
-
-    /// The same, reporting each connection's addresses in hyper-util's
-    /// `HttpInfo` (which the adaptive mode uses to tell new connections from
-    /// reused ones), as hyper-util's `HttpConnector` does, and TLS connectors
-    /// built on it (hyper-rustls, hyper-tls) pass on. Off in
-    /// [`CountingConnector::new`], which the issue 3 benches use.
-    pub fn with_http_info(net: &Net) -> CountingConnector {
-        CountingConnector { http_info: true, ..CountingConnector::new(net) }
+        CountingConnector { http, tls, counts: Arc::default() }
     }
 
     /// Connections established so far.
@@ -151,21 +139,14 @@ impl Service<Uri> for CountingConnector {
         counts.started.fetch_add(1, Ordering::SeqCst);
         let dial = self.http.call(uri);
         let tls = self.tls.clone();
-        let http_info = self.http_info;
         Box::pin(async move {
             let result = async {
-                let tcp = dial.await?;
-                let info = http_info.then(|| {
-                    let mut extensions = http::Extensions::new();
-                    tcp.connected().get_extras(&mut extensions);
-                    extensions.remove::<HttpInfo>()
-                });
-                let tcp = tcp.into_inner();
+                let tcp = dial.await?.into_inner();
                 let io: Box<dyn Io> = match tls {
                     None => Box::new(tcp),
                     Some(tls) => Box::new(tls.connect(Tls::server_name(), tcp).await?),
                 };
-                Ok::<_, BoxError>(Conn(io, info.flatten()))
+                Ok::<_, BoxError>(Conn(io))
             }
             .await;
             if result.is_ok() {
@@ -182,14 +163,11 @@ impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
 
 /// A client connection: TCP or TLS over TCP, and the TCP connection's
 /// addresses when the connector reports them.
-pub struct Conn(Box<dyn Io>, Option<HttpInfo>);
+pub struct Conn(Box<dyn Io>);
 
 impl Connection for Conn {
     fn connected(&self) -> Connected {
-        match &self.1 {
-            Some(info) => Connected::new().extra(info.clone()),
-            None => Connected::new(),
-        }
+        Connected::new()
     }
 }
 
@@ -256,15 +234,14 @@ impl BenchClient {
         BenchClient::build(kind, layer, CountingConnector::new(net))
     }
 
-    /// A client whose connector reports connection addresses
-    /// ([`CountingConnector::with_http_info`]) and is wrapped in the layer's
-    /// observer (which adaptive mode needs to measure setup costs): under
+    /// A client whose connector is wrapped in the layer's observer (which
+    /// adaptive mode needs to measure setup costs): under
     /// `layer` when given (as [`Kind::Layer`]), otherwise bare (observed
     /// into throwaway stats, so every client pays the same), with the
     /// caller behaving as `kind` says.
     pub fn observed(kind: Kind, layer: Option<DrainOnDropLayer>, net: &Net) -> BenchClient {
         let kind = if layer.is_some() { Kind::Layer } else { kind };
-        let connector = CountingConnector::with_http_info(net);
+        let connector = CountingConnector::new(net);
         let stats = layer.as_ref().map(DrainOnDropLayer::stats).unwrap_or_default();
         let client =
             Client::builder(TokioExecutor::new()).build(ObserveConnector::new(connector.clone(), stats));
