@@ -1,5 +1,6 @@
-//! The one place that drains: a background task that reads a dropped body to
-//! its end, within its allowance, then drops it.
+//! The one place that drains: reads a dropped body to its end, within its
+//! allowance, first in the drop with what is buffered, then on a background
+//! task, and drops it.
 
 use std::future::{Future, poll_fn};
 use std::panic::{AssertUnwindSafe, catch_unwind};
