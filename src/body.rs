@@ -7,13 +7,12 @@ use std::time::Duration;
 use bytes::Buf;
 use http::Response;
 use http_body::{Body, Frame, SizeHint};
-use tokio::runtime::Handle;
 
 use crate::adaptive::Origin;
 use crate::budget::DrainBudget;
 use crate::drain;
 use crate::future::RequestInfo;
-use crate::layer::Shared;
+use crate::layer::SharedRef;
 use crate::observe::ConnectionTag;
 use crate::outcome::Reason;
 use crate::policy::{self, AtDrop, Decision};
@@ -56,9 +55,7 @@ struct DrainOwned;
 
 /// Everything known about a response when its body is dropped early.
 pub(crate) struct DropContext {
-    pub(crate) shared: Arc<Shared>,
-    /// Runtime to drain on; `None` when the response arrived outside one.
-    pub(crate) handle: Option<Handle>,
+    pub(crate) shared: SharedRef,
     /// Reason the connection will not be reused whatever we do, from the head.
     head: Option<Reason>,
     /// The request's own budget, overriding the layer's.
@@ -129,7 +126,6 @@ where
         );
         let ctx = DropContext {
             shared: request.shared,
-            handle: Handle::try_current().ok(),
             head,
             budget: request.budget,
             status: response.status().as_u16(),
@@ -150,7 +146,7 @@ impl<B> DrainBody<B> {
 
 /// Runs when a body is dropped before its end: asks the policy, then drains
 /// in the background or drops the body so that hyper closes the connection.
-fn early_drop<B>(inner: B, mut ctx: DropContext)
+fn early_drop<B>(inner: B, ctx: DropContext)
 where
     B: Body + Send + Unpin + 'static,
 {
@@ -158,13 +154,11 @@ where
     if inner.is_end_stream() {
         return;
     }
-    let handle = ctx.handle.take();
     let at = AtDrop {
         head: ctx.head,
         request_budget: ctx.budget,
         origin: ctx.origin.as_deref(),
         remaining: inner.size_hint(),
-        runtime: handle.as_ref(),
     };
     let (decision, adaptive_budget) = policy::decide(&ctx.shared, &at);
     let view = ctx
@@ -172,16 +166,11 @@ where
         .as_ref()
         .filter(|_| tracing::enabled!(target: "drain_on_drop", tracing::Level::DEBUG))
         .map(|o| o.view(adaptive_budget));
-    match (decision, handle) {
-        (Decision::Drain(budget), Some(handle)) => drain::start(&handle, inner, budget, ctx, view),
-        (Decision::Skip(reason), _) => {
+    match decision {
+        Decision::Drain(budget) => drain::start(inner, budget, ctx, view),
+        Decision::Skip(reason) => {
             drop(inner);
             ctx.record(reason, 0, Duration::ZERO, view);
-        }
-        // `decide` never drains without a runtime.
-        (Decision::Drain(..), None) => {
-            drop(inner);
-            ctx.record(Reason::NoRuntime, 0, Duration::ZERO, view);
         }
     }
 }

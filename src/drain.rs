@@ -21,19 +21,15 @@ use crate::stats::{AdaptiveView, Slot};
 
 /// Drains `body` within `budget`: first, in the drop, what is already
 /// there; then, if the body has to wait for the server, on a task spawned on
-/// `handle`, with a deadline `budget.max_time` after the drop.
+/// the runtime [`policy::runtime`] names, with a deadline `budget.max_time`
+/// after the drop.
 ///
 /// Never blocks: the first step reads only frames that are ready, and reads
 /// no clock. If the runtime is shutting down the task is dropped unpolled,
 /// which drops the body (hyper closes the connection) and counts the drop as
 /// the policy says ([`policy::unfinished`]).
-pub(crate) fn start<B>(
-    handle: &Handle,
-    body: B,
-    budget: DrainBudget,
-    ctx: DropContext,
-    view: Option<AdaptiveView>,
-) where
+pub(crate) fn start<B>(body: B, budget: DrainBudget, ctx: DropContext, view: Option<AdaptiveView>)
+where
     B: Body + Send + Unpin + 'static,
 {
     let timed = view.is_some() || tracing::enabled!(target: "drain_on_drop", tracing::Level::DEBUG);
@@ -68,7 +64,12 @@ pub(crate) fn start<B>(
             Err(_) => return task.finish(policy::unfinished(true, true)),
         }
     }
-    // It has to wait: a background drain, if the cap lets it.
+    // It has to wait: a background drain, on a runtime with a timer, if the
+    // cap lets it.
+    let handle = match policy::runtime(&task.ctx.shared) {
+        Ok(handle) => handle,
+        Err(reason) => return task.finish(reason),
+    };
     let Some(slot) = policy::admit(&task.ctx.shared) else {
         return task.finish(Reason::Saturated);
     };

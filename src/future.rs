@@ -12,7 +12,7 @@ use pin_project_lite::pin_project;
 use crate::adaptive::{Origin, OriginKey};
 use crate::body::DrainBody;
 use crate::budget::DrainBudget;
-use crate::layer::Shared;
+use crate::layer::{Shared, SharedRef};
 use crate::policy::RequestSays;
 use crate::stats::Trace;
 
@@ -93,7 +93,7 @@ impl Nesting {
 
 /// What `call` learns from the request, for its response's body.
 pub(crate) struct RequestInfo {
-    pub(crate) shared: Arc<Shared>,
+    pub(crate) shared: SharedRef,
     pub(crate) says: RequestSays,
     /// A per-request [`DrainBudget`] from the extensions.
     pub(crate) budget: Option<DrainBudget>,
@@ -113,8 +113,9 @@ impl RequestInfo {
         let trace = traced.then(|| Trace::capture(key.as_ref().map(|k| k.to_string()).unwrap_or_default()));
         let origin = key.filter(|_| shared.config.adaptive).map(|key| shared.origins.get(&key));
         let extensions = req.extensions();
+        shared.note_home();
         RequestInfo {
-            shared: shared.clone(),
+            shared: SharedRef::new(shared),
             says: RequestSays::read(req.headers()),
             budget: if extensions.is_empty() { None } else { extensions.get::<DrainBudget>().copied() },
             trace,
@@ -125,7 +126,9 @@ impl RequestInfo {
 
     /// For a response that came without its request
     /// ([`wrap_response`](crate::DrainOnDropLayer::wrap_response)).
-    pub(crate) fn none(shared: Arc<Shared>) -> Self {
+    pub(crate) fn none(shared: &Arc<Shared>) -> Self {
+        shared.note_home();
+        let shared = SharedRef::new(shared);
         let trace = tracing::enabled!(target: "drain_on_drop", tracing::Level::DEBUG)
             .then(|| Trace::capture(String::new()));
         RequestInfo { shared, says: RequestSays::unknown(), budget: None, trace, origin: None, nested: false }

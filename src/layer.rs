@@ -1,9 +1,12 @@
+use std::cell::RefCell;
 use std::fmt;
-use std::sync::Arc;
+use std::ops::Deref;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use http::Response;
 use http_body::Body;
+use tokio::runtime::Handle;
 use tower_layer::Layer;
 
 use crate::adaptive::{self, OriginSnapshot, Origins};
@@ -60,12 +63,88 @@ impl Default for Config {
 }
 
 /// What every service built from one layer, and every body they return,
-/// shares: the settings, the counters, and the adaptive origin table.
+/// shares: the settings, the counters, the adaptive origin table, and the
+/// runtime for bodies dropped outside any.
 #[derive(Clone, Default)]
 pub(crate) struct Shared {
     pub(crate) config: Config,
     pub(crate) stats: DrainStats,
     pub(crate) origins: Arc<Origins>,
+    /// The runtime the layer first served a request on: where a body dropped
+    /// outside any runtime drains (see `policy::runtime`).
+    pub(crate) home: OnceLock<Handle>,
+}
+
+impl Shared {
+    /// Notes the current runtime as home, if there is none yet: one load
+    /// per request after the first.
+    pub(crate) fn note_home(&self) {
+        if self.home.get().is_none()
+            && let Ok(handle) = Handle::try_current()
+        {
+            let _ = self.home.set(handle);
+        }
+    }
+}
+
+/// A reference to a layer's [`Shared`] state, held by each response future
+/// and body, that costs no atomic operation in the common case.
+///
+/// A plain `Arc` clone per request and its release when the body is done
+/// are two atomic read-modify-writes on every response, read to the end or
+/// not. Instead, a reference is given back to its thread's spares when it
+/// is dropped, and the next request on that thread takes it from there: a
+/// caller that sends a request after reading the last response to its end
+/// hands the same reference on and on. The `Arc` is cloned only when the
+/// thread has no spare of this layer (the first request, or a thread that
+/// only sends), and released only when the spares are full (a thread that
+/// only drops). Each thread keeps at most [`SPARES`] of them, released when
+/// the thread exits: a layer's state may outlive its last handle by that
+/// much, which nothing can observe but its memory.
+pub(crate) struct SharedRef(Option<Arc<Shared>>);
+
+/// References kept per thread (see [`SharedRef`]).
+const SPARES: usize = 8;
+
+thread_local! {
+    static SPARE: RefCell<Vec<Arc<Shared>>> = const { RefCell::new(Vec::new()) };
+}
+
+impl SharedRef {
+    /// A reference to `shared`: a spare of this thread's if it has one.
+    pub(crate) fn new(shared: &Arc<Shared>) -> Self {
+        let spare = SPARE
+            .try_with(|spare| {
+                let mut spare = spare.try_borrow_mut().ok()?;
+                let at = spare.iter().rposition(|s| Arc::ptr_eq(s, shared))?;
+                Some(spare.swap_remove(at))
+            })
+            .ok()
+            .flatten();
+        SharedRef(Some(spare.unwrap_or_else(|| Arc::clone(shared))))
+    }
+}
+
+impl Deref for SharedRef {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        self.0.as_deref().expect("present until dropped")
+    }
+}
+
+impl Drop for SharedRef {
+    fn drop(&mut self) {
+        let Some(shared) = self.0.take() else { return };
+        // Released outside the borrow: it may be the last reference.
+        let _released = SPARE.try_with(move |spare| match spare.try_borrow_mut() {
+            Ok(mut spare) if spare.len() < SPARES => {
+                spare.push(shared);
+                None
+            }
+            _ => Some(shared),
+        });
+    }
 }
 
 impl fmt::Debug for Shared {
@@ -311,7 +390,7 @@ impl DrainOnDropLayer {
     where
         B: Body + Send + Unpin + 'static,
     {
-        DrainBody::wrap(res, RequestInfo::none(self.shared.clone()))
+        DrainBody::wrap(res, RequestInfo::none(&self.shared))
     }
 }
 
@@ -327,5 +406,62 @@ impl<S> Layer<S> for DrainOnDropLayer {
 
     fn layer(&self, inner: S) -> Self::Service {
         DrainOnDrop::from_shared(inner, self.shared.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_thread_hands_its_references_on_and_keeps_few() {
+        let shared = Arc::new(Shared::default());
+        let other = Arc::new(Shared::default());
+        drop(SharedRef::new(&shared));
+        assert_eq!(Arc::strong_count(&shared), 2, "one spare kept");
+        let taken = SharedRef::new(&shared);
+        assert_eq!(Arc::strong_count(&shared), 2, "the spare handed on, not a new clone");
+        let unrelated = SharedRef::new(&other);
+        assert!(std::ptr::eq(&*unrelated, &*other), "a spare of another layer is not taken");
+        drop((taken, unrelated));
+        let many: Vec<_> = (0..3 * SPARES).map(|_| SharedRef::new(&shared)).collect();
+        drop(many);
+        let spares = Arc::strong_count(&shared) - 1 + Arc::strong_count(&other) - 1;
+        assert_eq!(spares, SPARES, "at most {SPARES} spares per thread, the rest released");
+        let before = Arc::strong_count(&shared);
+        std::thread::spawn({
+            let shared = shared.clone();
+            move || drop(SharedRef::new(&shared))
+        })
+        .join()
+        .unwrap();
+        assert_eq!(Arc::strong_count(&shared), before, "a thread's spares go when it exits");
+    }
+
+    #[test]
+    fn responses_read_to_the_end_take_no_new_reference() {
+        use http_body_util::BodyExt;
+        use tower_service::Service;
+
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let layer = DrainOnDropLayer::new();
+        let mut svc = layer.layer(tower::service_fn(|_: http::Request<()>| async {
+            let body = http_body_util::Full::new(bytes::Bytes::from_static(b"0123456789"));
+            Ok::<_, std::convert::Infallible>(
+                Response::builder().header("content-length", 10).body(body).unwrap(),
+            )
+        }));
+        let mut counts = Vec::new();
+        rt.block_on(async {
+            for _ in 0..5 {
+                let res = svc.call(http::Request::new(())).await.unwrap();
+                // A plain clone would count one more while the body lives.
+                counts.push(Arc::strong_count(&layer.shared));
+                res.into_body().collect().await.unwrap();
+                counts.push(Arc::strong_count(&layer.shared));
+            }
+        });
+        assert!(counts[1..].windows(2).all(|w| w[0] == w[1]), "one reference handed on: {counts:?}");
+        assert_eq!(layer.stats().snapshot().total(crate::Outcome::Drained), 0, "nothing counted");
     }
 }

@@ -4,9 +4,11 @@
 //! [`inspect`] reads the request and response headers once and notes any
 //! reason the connection cannot be reused whatever a drain does. When the
 //! body is dropped before its end, [`decide`] adds what is known then (the
-//! budget, the remaining length, the runtime, the number of drains running)
-//! and returns either a reason to skip or what the drain may spend. When a
-//! drain task ends without an outcome of its own, [`unfinished`] names why.
+//! budget, the remaining length, the number of drains running) and returns
+//! either a reason to skip or what the drain may spend. When the drain has
+//! to wait for the server, [`runtime`] says where its task runs and
+//! [`admit`] whether the cap lets it. When a drain task ends without an
+//! outcome of its own, [`unfinished`] names why.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -124,8 +126,6 @@ pub(crate) struct AtDrop<'a> {
     pub(crate) origin: Option<&'a Origin>,
     /// The body's size hint now.
     pub(crate) remaining: SizeHint,
-    /// The runtime captured when the response arrived.
-    pub(crate) runtime: Option<&'a Handle>,
 }
 
 /// What to do with a body dropped before its end.
@@ -176,12 +176,6 @@ pub(crate) fn decide(shared: &Shared, at: &AtDrop<'_>) -> (Decision, Option<Drai
         if at.remaining.lower() > budget.max_bytes {
             break 'decide Decision::Skip(Reason::DeclaredOverBudget);
         }
-        let Some(runtime) = at.runtime else {
-            break 'decide Decision::Skip(Reason::NoRuntime);
-        };
-        if lacks_time_driver(runtime) {
-            break 'decide Decision::Skip(Reason::NoTimeDriver);
-        }
         if shared.stats.in_flight() >= config.max_concurrent_drains as u64 {
             break 'decide Decision::Skip(Reason::Saturated);
         }
@@ -213,6 +207,23 @@ pub(crate) fn after_frame(read: u64, len: u64, max_bytes: u64, crossed: bool, re
         return Budget::Spent;
     }
     if read > max_bytes { Budget::Crossed } else { Budget::Within }
+}
+
+/// The runtime for a drain that has to wait for the server: the one current
+/// at the drop, or, for a body dropped outside any runtime (on a plain
+/// thread), the runtime the layer first served a request on. `no_runtime`
+/// when there is neither, `no_time_driver` when that runtime has no timer.
+/// Read only here, at the drop, so that responses read to the end never
+/// touch it.
+pub(crate) fn runtime(shared: &Shared) -> Result<Handle, Reason> {
+    let handle = match Handle::try_current() {
+        Ok(current) => current,
+        Err(_) => shared.home.get().cloned().ok_or(Reason::NoRuntime)?,
+    };
+    if lacks_time_driver(&handle) {
+        return Err(Reason::NoTimeDriver);
+    }
+    Ok(handle)
 }
 
 /// Admits a drain that has to wait for the server to the background, under
@@ -352,13 +363,12 @@ mod tests {
         Shared { config, ..Shared::default() }
     }
 
-    fn at<'a>(budget: Option<DrainBudget>, remaining: u64, runtime: Option<&'a Handle>) -> AtDrop<'a> {
+    fn at(budget: Option<DrainBudget>, remaining: u64) -> AtDrop<'static> {
         AtDrop {
             head: None,
             request_budget: budget,
             origin: None,
             remaining: SizeHint::with_exact(remaining),
-            runtime,
         }
     }
 
@@ -369,30 +379,24 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn budget_checks_come_in_order() {
-        let rt = Handle::current();
-        let rt = Some(&rt);
+    #[test]
+    fn budget_checks_come_in_order() {
         let ms = Duration::from_millis;
-        assert_eq!(skip(decide(&shared(0, ms(50), 1), &at(None, 1, rt))), Some(Reason::Disabled));
-        assert_eq!(skip(decide(&shared(10, ms(0), 1), &at(None, 1, rt))), Some(Reason::Disabled));
-        assert_eq!(skip(decide(&shared(10, ms(50), 0), &at(None, 1, rt))), Some(Reason::Disabled), "cap 0");
-        let mut close = at(None, 1, rt);
+        assert_eq!(skip(decide(&shared(0, ms(50), 1), &at(None, 1))), Some(Reason::Disabled));
+        assert_eq!(skip(decide(&shared(10, ms(0), 1), &at(None, 1))), Some(Reason::Disabled));
+        assert_eq!(skip(decide(&shared(10, ms(50), 0), &at(None, 1))), Some(Reason::Disabled), "cap 0");
+        let mut close = at(None, 1);
         close.head = Some(Reason::ConnectionClose);
         assert_eq!(skip(decide(&shared(10, ms(50), 1), &close)), Some(Reason::ConnectionClose));
-        assert_eq!(skip(decide(&shared(10, ms(50), 1), &at(None, 11, rt))), Some(Reason::DeclaredOverBudget));
-        assert_eq!(skip(decide(&shared(10, ms(50), 1), &at(None, 10, None))), Some(Reason::NoRuntime));
+        assert_eq!(skip(decide(&shared(10, ms(50), 1), &at(None, 11))), Some(Reason::DeclaredOverBudget));
         let s = shared(10, ms(50), 1);
-        assert!(
-            matches!(decide(&s, &at(None, 10, rt)).0, Decision::Drain(..)),
-            "exactly the budget is drained"
-        );
+        assert!(matches!(decide(&s, &at(None, 10)).0, Decision::Drain(..)), "exactly the budget is drained");
         let running = admit(&s).expect("one slot");
         assert!(admit(&s).is_none(), "the cap holds");
-        assert_eq!(skip(decide(&s, &at(None, 1, rt))), Some(Reason::Saturated));
+        assert_eq!(skip(decide(&s, &at(None, 1))), Some(Reason::Saturated));
         drop(running);
-        assert!(matches!(decide(&s, &at(None, 1, rt)).0, Decision::Drain(..)), "slot freed");
-        match decide(&shared(10, Duration::MAX, 1), &at(None, 1, rt)).0 {
+        assert!(matches!(decide(&s, &at(None, 1)).0, Decision::Drain(..)), "slot freed");
+        match decide(&shared(10, Duration::MAX, 1), &at(None, 1)).0 {
             Decision::Drain(budget) => {
                 assert!(crate::budget::Allowance::starting_now(budget).deadline.is_none(), "no deadline")
             }
@@ -442,19 +446,42 @@ mod tests {
         );
     }
 
-    #[tokio::test]
-    async fn an_adaptive_budget_of_zero_is_reconnect_cheaper_not_disabled() {
-        let rt = Handle::current();
+    #[test]
+    fn an_adaptive_budget_of_zero_is_reconnect_cheaper_not_disabled() {
         let layer = shared(256 * 1024, Duration::from_millis(50), 1024);
         let key = crate::adaptive::OriginKey::from_uri(&"http://lan.example/".parse().unwrap()).unwrap();
         let origin = layer.origins.get(&key);
         // A connection that costs nothing to open, on a measured link.
         origin.record_connection(false, Duration::ZERO);
         origin.record_drain(1 << 20, Duration::from_millis(10));
-        let at = AtDrop { origin: Some(&origin), ..at(None, 100, Some(&rt)) };
+        let at = AtDrop { origin: Some(&origin), ..at(None, 100) };
         let (decision, budget) = decide(&layer, &at);
         assert_eq!(skip((decision, budget)), Some(Reason::ReconnectCheaper));
         assert_eq!(budget.map(|b| b.max_bytes()), Some(0), "decided with a zero budget");
+    }
+
+    #[test]
+    fn a_drain_runs_on_the_runtime_of_the_drop_else_on_the_layers_first() {
+        let id = |r: Result<Handle, Reason>| r.map(|h| h.id());
+        let shared = Shared::default();
+        assert_eq!(id(runtime(&shared)).err(), Some(Reason::NoRuntime), "no runtime anywhere");
+        let first = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let second = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        first.block_on(async { shared.note_home() });
+        second.block_on(async { shared.note_home() });
+        assert_eq!(
+            id(runtime(&shared)),
+            Ok(first.handle().id()),
+            "outside any runtime: the first one served"
+        );
+        assert_eq!(
+            second.block_on(async { id(runtime(&shared)) }),
+            Ok(second.handle().id()),
+            "the drop's own"
+        );
+        let timerless = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        found_no_time_driver(timerless.handle());
+        assert_eq!(timerless.block_on(async { id(runtime(&shared)) }), Err(Reason::NoTimeDriver));
     }
 
     #[test]
@@ -478,16 +505,15 @@ mod tests {
         assert_eq!(super::inspect(&none, RequestSays::default(), Version::HTTP_11, &h, false), None);
     }
 
-    #[tokio::test]
-    async fn a_request_budget_replaces_the_layer_budget() {
-        let rt = Handle::current();
+    #[test]
+    fn a_request_budget_replaces_the_layer_budget() {
         let layer = shared(256 * 1024, Duration::from_millis(50), 1024);
         let big = Some(DrainBudget::new(1 << 20, Duration::from_secs(1)));
-        assert_eq!(skip(decide(&layer, &at(None, 1 << 19, Some(&rt)))), Some(Reason::DeclaredOverBudget));
-        assert_eq!(skip(decide(&layer, &at(big, 1 << 19, Some(&rt)))), None);
+        assert_eq!(skip(decide(&layer, &at(None, 1 << 19))), Some(Reason::DeclaredOverBudget));
+        assert_eq!(skip(decide(&layer, &at(big, 1 << 19))), None);
         let off = Some(DrainBudget::disabled());
-        assert_eq!(skip(decide(&layer, &at(off, 1, Some(&rt)))), Some(Reason::Disabled));
+        assert_eq!(skip(decide(&layer, &at(off, 1))), Some(Reason::Disabled));
         let disabled_layer = shared(0, Duration::ZERO, 1024);
-        assert_eq!(skip(decide(&disabled_layer, &at(big, 1, Some(&rt)))), None, "the request budget wins");
+        assert_eq!(skip(decide(&disabled_layer, &at(big, 1))), None, "the request budget wins");
     }
 }
