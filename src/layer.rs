@@ -368,9 +368,9 @@ impl DrainOnDropLayer {
     /// trusted to describe the wire framing (reqwest removes
     /// `Content-Length` from bodies it decompresses), so a body without
     /// `Content-Length` or chunking is drained within the budgets rather
-    /// than skipped as close-delimited. Must be called inside
-    /// the tokio runtime that should run the drain, as the layer's own
-    /// responses are.
+    /// than skipped as close-delimited. A drain that has to wait runs on
+    /// the runtime current at the drop, as for the layer's own responses
+    /// (see the [crate documentation](crate#runtime)).
     ///
     /// A response that already carries a drain (it came through a
     /// `DrainOnDrop`) is passed through: it is drained once.

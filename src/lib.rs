@@ -3,7 +3,7 @@
 //!
 //! ```toml
 //! [dependencies]
-//! drain-on-drop = "0.2"
+//! drain-on-drop = "0.3"
 //! http = "1"
 //! http-body-util = "0.1"
 //! hyper = "1"
@@ -53,15 +53,17 @@
 //!    it ends only when the server closes), when the response is HTTP/2 or
 //!    later (hyper resets the stream and the connection lives on), when the
 //!    content type is an open-ended stream, when the remaining length is
-//!    known and exceeds the byte budget, when no tokio runtime (or its time
-//!    driver) is there to drain on, or when
+//!    known and exceeds the byte budget, or when
 //!    [`max_concurrent_drains`](DrainOnDropLayer::max_concurrent_drains)
 //!    drains are already running. The inner body is then dropped at once, as
 //!    hyper alone would.
-//! 2. **Drain.** Otherwise a task is spawned on the runtime captured when the
-//!    response arrived. It reads and discards frames (data and trailers)
-//!    until the end of the body, then drops it, and hyper-util puts the
-//!    connection back in the pool. The task gives up, and the connection is
+//! 2. **Drain.** Otherwise what is already buffered is read in the drop
+//!    itself; a body whose rest has arrived ends there. If it has to wait for
+//!    the server, a task is spawned on the tokio runtime current at the drop
+//!    (see [Runtime](#runtime)), or the drop is skipped when there is no
+//!    runtime (or time driver) to wait on. The drain reads and discards
+//!    frames (data and trailers) until the end of the body, then drops it,
+//!    and hyper-util puts the connection back in the pool. It gives up, and the connection is
 //!    closed, when more than [`max_bytes`](DrainOnDropLayer::max_bytes)
 //!    would have to be read, when [`max_time`](DrainOnDropLayer::max_time)
 //!    has passed since the drop, or on the first body error. Dropping never
@@ -250,20 +252,27 @@
 //!
 //! # Runtime
 //!
-//! Drains run on the tokio runtime current when the response arrived,
-//! wherever the body is dropped (another task, another thread, outside any
-//! runtime); that runtime must have its time driver enabled (as
-//! `#[tokio::main]` does). A current-thread runtime runs the drain only
-//! when it is driven again, so until then the drain holds its connection and
-//! a `max_concurrent_drains` slot; the time budget still counts from the
-//! drop. A body whose response arrived outside any runtime, or dropped after
-//! its runtime shut down, is not drained: it is dropped as hyper would and
-//! counted as skipped (`no_runtime`); so is one whose runtime has no time
-//! driver (`no_time_driver`; the first such drop on a runtime finds out, and
-//! the panic hook prints tokio's message once). A drain still running when
-//! the runtime shuts down is dropped with it and counted as abandoned
-//! (`runtime_shutdown`); a body that panics while drained is counted as
-//! failed (`body_panic`), and the panic stays in the drain task.
+//! A drain that has to wait for the server runs on the tokio runtime
+//! current at the drop, as a task spawned in the drop would; a body dropped
+//! outside any runtime (on a plain thread) drains on the runtime the layer
+//! first served a request on. That runtime must have its time driver
+//! enabled (as `#[tokio::main]` does). A current-thread runtime runs the
+//! drain only when it is driven again, so until then the drain holds its
+//! connection and a `max_concurrent_drains` slot; the time budget still
+//! counts from the drop. Nothing of this is looked up for a body read to
+//! its end, or for one whose rest is already buffered at the drop (drained
+//! in the drop, with no runtime needed).
+//!
+//! With no runtime to wait on (none at the drop and none ever served, or
+//! one that has shut down), the body is dropped as hyper would and counted
+//! as skipped (`no_runtime`); so is one whose runtime has no time driver
+//! (`no_time_driver`; the first such drop on a runtime finds out, and the
+//! panic hook prints tokio's message once). A drain still running when its
+//! runtime shuts down is dropped with it and counted as abandoned
+//! (`runtime_shutdown`), so drop a body inside a short-lived runtime of its
+//! own only if that runtime outlives the drain. A body that panics while
+//! drained is counted as failed (`body_panic`), and the panic stays in the
+//! drain task.
 //!
 //! [`Client`]: https://docs.rs/hyper-util/latest/hyper_util/client/legacy/struct.Client.html
 

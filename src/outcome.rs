@@ -119,8 +119,9 @@ reasons! {
     /// background when this body had to wait for the server (what it had
     /// already buffered was read at the drop and counts in `bytes_drained`).
     Saturated = "saturated", Skipped;
-    /// No tokio runtime was current when the response arrived, or it shut
-    /// down before the drain could start.
+    /// The body had to wait for the server and there was no tokio runtime
+    /// to wait on: none current at the drop and none the layer ever served
+    /// a request on, or that runtime shut down before the drain could start.
     NoRuntime = "no_runtime", Skipped;
     /// The runtime has no time driver (built without `enable_time`), so a
     /// time budget cannot be kept.
