@@ -263,6 +263,117 @@ async fn paired_block(clients: &mut [BenchClient; 2], uris: &[http::Uri; 2]) -> 
     took.map(|t| t.as_secs_f64() * 1e6 / PER_BLOCK as f64)
 }
 
+/// Calls per service in one block of the paired in-memory comparison.
+const IN_MEMORY_BLOCK: u32 = 20_000;
+
+/// `bare` and `layered` take turns block by block (who goes first flips
+/// every block) on one current-thread runtime; returns the median ns per
+/// call of each and, per block pair, of `layered − bare` (and its IQR) and
+/// of `layered / bare`.
+fn paired_in_memory<A, B>(blocks: usize, mut bare: A, mut layered: B, read: Read) -> [f64; 6]
+where
+    A: Service<Request<()>, Response = Response<Full<Bytes>>, Error = Infallible>,
+    B: Service<Request<()>, Response = Response<DrainBody<Full<Bytes>>>, Error = Infallible>,
+{
+    let rt = current_thread();
+    let (mut b, mut l, mut diff, mut ratio) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    rt.block_on(async {
+        let mut took = [Duration::ZERO; 2];
+        for block in 0..=blocks {
+            for i in [block % 2, 1 - block % 2] {
+                let start = Instant::now();
+                for _ in 0..IN_MEMORY_BLOCK {
+                    if i == 0 {
+                        black_box(call(&mut bare, read).await);
+                    } else {
+                        black_box(call(&mut layered, read).await);
+                    }
+                }
+                took[i] = start.elapsed();
+            }
+            if block == 0 {
+                continue; // warm-up
+            }
+            let [tb, tl] = took.map(|t| t.as_nanos() as f64 / f64::from(IN_MEMORY_BLOCK));
+            b.push(tb);
+            l.push(tl);
+            diff.push(tl - tb);
+            ratio.push(tl / tb);
+        }
+    });
+    let q = |v: &mut Vec<f64>, at: f64| {
+        v.sort_by(f64::total_cmp);
+        v[((v.len() - 1) as f64 * at).round() as usize]
+    };
+    [
+        q(&mut b, 0.5),
+        q(&mut l, 0.5),
+        q(&mut diff, 0.5),
+        q(&mut diff, 0.25),
+        q(&mut diff, 0.75),
+        q(&mut ratio, 0.5),
+    ]
+}
+
+/// The criterion in-memory figures again, bare and layer alternating in
+/// blocks of [`IN_MEMORY_BLOCK`] calls, so that the machine's drift between
+/// criterion's benchmarks (±10% on a shared VM, more than the layer's own
+/// cost) hits both alike.
+fn paired_in_memory_table(blocks: usize) {
+    let body = Bytes::from(vec![b'x'; KIB]);
+    let full = tower::service_fn(move |_: Request<()>| {
+        let res = Response::builder()
+            .header(CONTENT_LENGTH, HeaderValue::from_static("1024"))
+            .body(Full::new(body.clone()));
+        async move { Ok::<_, Infallible>(res.unwrap()) }
+    });
+    // A body with framing but not at its end, that ends when polled: the
+    // layer drains it in the drop (no task), as a buffered rest would be.
+    let unread = tower::service_fn(|_: Request<()>| async {
+        let res = Response::builder()
+            .header(TRANSFER_ENCODING, HeaderValue::from_static("chunked"))
+            .body(Full::new(Bytes::from_static(b"rest")));
+        Ok::<_, Infallible>(res.unwrap())
+    });
+    let mut table = Table::new(&[
+        "in memory",
+        "bare ns (median block)",
+        "layer ns (median block)",
+        "layer − bare ns (median)",
+        "interquartile range",
+        "layer / bare",
+    ]);
+    table.row(paired_in_memory_row("read to the end", full, Read::ToEnd, blocks));
+    table.row(paired_in_memory_row("early drop", unread, Read::Unread, blocks));
+    println!("\nPaired in-memory comparison, {blocks} blocks of {IN_MEMORY_BLOCK} calls per service:");
+    table.print();
+}
+
+/// One row of [`paired_in_memory_table`]: `svc` bare against `svc` under
+/// its own layer, whose counters must then show the path measured (nothing
+/// counted when read to the end; every early drop drained).
+fn paired_in_memory_row<S>(name: &str, svc: S, read: Read, blocks: usize) -> Vec<String>
+where
+    S: Service<Request<()>, Response = Response<Full<Bytes>>, Error = Infallible> + Clone,
+{
+    let layer = DrainOnDropLayer::new();
+    let stats = layer.stats();
+    let layered = ServiceBuilder::new().layer(layer).service(svc.clone());
+    let [b, l, d, d25, d75, r] = paired_in_memory(blocks, svc, layered, read);
+    let s = stats.snapshot();
+    let calls = (blocks as u64 + 1) * u64::from(IN_MEMORY_BLOCK);
+    let drained = if read == Read::ToEnd { 0 } else { calls };
+    assert_eq!((s.drained, s.abandoned, s.skipped, s.failed), (drained, 0, 0, 0), "{name}: {s:?}");
+    vec![
+        name.to_string(),
+        format!("{b:.1}"),
+        format!("{l:.1}"),
+        format!("{d:.1}"),
+        format!("{d25:.1} - {d75:.1}"),
+        format!("{r:.3}"),
+    ]
+}
+
 /// Quick mode: `DRAIN_BENCH_QUICK=1`, `--quick` (criterion's own quick mode
 /// then also applies), or a run without `--bench` (`cargo test --benches`).
 fn quick() -> bool {
@@ -292,5 +403,6 @@ criterion_group! {
 fn main() {
     benches();
     paired_loopback(if quick() { 5 } else { 40 });
+    paired_in_memory_table(if quick() { 5 } else { 40 });
     Criterion::default().configure_from_args().final_summary();
 }
