@@ -63,11 +63,11 @@
 //!    (see [Runtime](#runtime)), or the drop is skipped when there is no
 //!    runtime (or time driver) to wait on. The drain reads and discards
 //!    frames (data and trailers) until the end of the body, then drops it,
-//!    and hyper-util puts the connection back in the pool. It gives up, and the connection is
-//!    closed, when more than [`max_bytes`](DrainOnDropLayer::max_bytes)
-//!    would have to be read, when [`max_time`](DrainOnDropLayer::max_time)
-//!    has passed since the drop, or on the first body error. Dropping never
-//!    blocks and never waits.
+//!    and hyper-util puts the connection back in the pool. It gives up, and
+//!    the connection is closed, when more than
+//!    [`max_bytes`](DrainOnDropLayer::max_bytes) would have to be read, when
+//!    [`max_time`](DrainOnDropLayer::max_time) has passed since the drop, or
+//!    on the first body error. Dropping never blocks and never waits.
 //! 3. **Count.** Every early drop lands exactly once in [`DrainStats`] under
 //!    one [`Reason`], which belongs to one [`Outcome`]: drained, abandoned,
 //!    skipped or failed. It also emits one `tracing` event at DEBUG (target
