@@ -12,6 +12,9 @@
 //! - Then, outside criterion, a paired loopback comparison: bare and layer
 //!   clients alternate in rounds, so that drift on a shared machine hits
 //!   both alike; it prints the median ratio of their round times.
+//! - And a paired in-memory comparison: the in-memory read to the end and
+//!   an early drop drained in the drop, bare and layer alternating in
+//!   blocks; it prints the median of layer − bare over blocks.
 //!
 //! `cargo bench --bench overhead [-- --quick]`, or `DRAIN_BENCH_QUICK=1`.
 
@@ -81,16 +84,21 @@ where
     send(svc, Request::new(()), read).await.expect("in-memory call")
 }
 
-/// A 1 KiB response read to the end, bare and through the layer, no network.
-fn read_to_end_in_memory(c: &mut Criterion) {
-    let rt = current_thread();
+/// An in-memory service answering a 1 KiB body with `Content-Length`.
+fn one_kib() -> impl Service<Request<()>, Response = Response<Full<Bytes>>, Error = Infallible> + Clone {
     let body = Bytes::from(vec![b'x'; KIB]);
-    let bare = tower::service_fn(move |_: Request<()>| {
+    tower::service_fn(move |_: Request<()>| {
         let res = Response::builder()
             .header(CONTENT_LENGTH, HeaderValue::from_static("1024"))
             .body(Full::new(body.clone()));
         async move { Ok::<_, Infallible>(res.unwrap()) }
-    });
+    })
+}
+
+/// A 1 KiB response read to the end, bare and through the layer, no network.
+fn read_to_end_in_memory(c: &mut Criterion) {
+    let rt = current_thread();
+    let bare = one_kib();
     let layered = ServiceBuilder::new().layer(DrainOnDropLayer::new()).service(bare.clone());
     let mut group = c.benchmark_group("read_to_end_in_memory");
     group.bench_function("bare", |b| {
@@ -277,30 +285,38 @@ where
 {
     let rt = current_thread();
     let (mut b, mut l, mut diff, mut ratio) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    rt.block_on(async {
-        let mut took = [Duration::ZERO; 2];
-        for block in 0..=blocks {
-            for i in [block % 2, 1 - block % 2] {
-                let start = Instant::now();
-                for _ in 0..IN_MEMORY_BLOCK {
-                    if i == 0 {
-                        black_box(call(&mut bare, read).await);
-                    } else {
-                        black_box(call(&mut layered, read).await);
+    for block in 0..=blocks {
+        // Each block runs at its own depth of the stack: where the futures
+        // and responses land decides how their moves hit the caches, by ±10
+        // ns per call on this machine for the same code (an environment
+        // variable longer or shorter is enough). The median over blocks is
+        // then one over placements, not the luck of one.
+        let took = at_stack_depth((block * 37) % 128, || {
+            rt.block_on(async {
+                let mut took = [Duration::ZERO; 2];
+                for i in [block % 2, 1 - block % 2] {
+                    let start = Instant::now();
+                    for _ in 0..IN_MEMORY_BLOCK {
+                        if i == 0 {
+                            black_box(call(&mut bare, read).await);
+                        } else {
+                            black_box(call(&mut layered, read).await);
+                        }
                     }
+                    took[i] = start.elapsed();
                 }
-                took[i] = start.elapsed();
-            }
-            if block == 0 {
-                continue; // warm-up
-            }
-            let [tb, tl] = took.map(|t| t.as_nanos() as f64 / f64::from(IN_MEMORY_BLOCK));
-            b.push(tb);
-            l.push(tl);
-            diff.push(tl - tb);
-            ratio.push(tl / tb);
+                took
+            })
+        });
+        if block == 0 {
+            continue; // warm-up
         }
-    });
+        let [tb, tl] = took.map(|t| t.as_nanos() as f64 / f64::from(IN_MEMORY_BLOCK));
+        b.push(tb);
+        l.push(tl);
+        diff.push(tl - tb);
+        ratio.push(tl / tb);
+    }
     let q = |v: &mut Vec<f64>, at: f64| {
         v.sort_by(f64::total_cmp);
         v[((v.len() - 1) as f64 * at).round() as usize]
@@ -315,18 +331,21 @@ where
     ]
 }
 
+/// Runs `f` `depth` stack frames deeper than the caller (a few dozen bytes
+/// each).
+#[inline(never)]
+fn at_stack_depth<R>(depth: usize, f: impl FnOnce() -> R) -> R {
+    let frame = black_box([depth as u8; 16]);
+    let r = if depth == 0 { f() } else { at_stack_depth(depth - 1, f) };
+    black_box(frame);
+    r
+}
+
 /// The criterion in-memory figures again, bare and layer alternating in
 /// blocks of [`IN_MEMORY_BLOCK`] calls, so that the machine's drift between
 /// criterion's benchmarks (±10% on a shared VM, more than the layer's own
 /// cost) hits both alike.
 fn paired_in_memory_table(blocks: usize) {
-    let body = Bytes::from(vec![b'x'; KIB]);
-    let full = tower::service_fn(move |_: Request<()>| {
-        let res = Response::builder()
-            .header(CONTENT_LENGTH, HeaderValue::from_static("1024"))
-            .body(Full::new(body.clone()));
-        async move { Ok::<_, Infallible>(res.unwrap()) }
-    });
     // A body with framing but not at its end, that ends when polled: the
     // layer drains it in the drop (no task), as a buffered rest would be.
     let unread = tower::service_fn(|_: Request<()>| async {
@@ -343,7 +362,7 @@ fn paired_in_memory_table(blocks: usize) {
         "interquartile range",
         "layer / bare",
     ]);
-    table.row(paired_in_memory_row("read to the end", full, Read::ToEnd, blocks));
+    table.row(paired_in_memory_row("read to the end", one_kib(), Read::ToEnd, blocks));
     table.row(paired_in_memory_row("early drop", unread, Read::Unread, blocks));
     println!("\nPaired in-memory comparison, {blocks} blocks of {IN_MEMORY_BLOCK} calls per service:");
     table.print();
