@@ -25,7 +25,7 @@
 //! `cells::Bound`). Every table is printed before the test fails, with the
 //! cells that broke the bound.
 //!
-//! Environment: `INTEROP_RUNS=K` runs every cell K times (default 3; tables
+//! Environment: `INTEROP_RUNS=K` runs every cell K times (default 5; tables
 //! per run and medians); `INTEROP_CELLS=a,b` runs only the cells whose name contains one
 //! of the parts; `INTEROP_RUNTIME=current_thread` swaps the runtime;
 //! `INTEROP_TRACE=<EnvFilter>` prints tracing events; `INTEROP_KEEP=1` keeps
