@@ -241,10 +241,6 @@ fn paired_loopback(blocks: usize) {
                 ratios.push(l / b);
             }
         });
-        let q = |v: &mut Vec<f64>, at: f64| {
-            v.sort_by(f64::total_cmp);
-            v[((v.len() - 1) as f64 * at).round() as usize]
-        };
         table.row(vec![
             format!("{kib} KiB"),
             format!("{:.1}", q(&mut bare, 0.5)),
@@ -255,6 +251,12 @@ fn paired_loopback(blocks: usize) {
     }
     println!("\nPaired loopback comparison, {blocks} blocks of {PER_BLOCK} requests per client:");
     table.print();
+}
+
+/// The `at` quantile (0.5: the median) of `v`, nearest rank.
+fn q(v: &mut [f64], at: f64) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[((v.len() - 1) as f64 * at).round() as usize]
 }
 
 /// One block: [`PER_BLOCK`] requests read to the end by each client, taking
@@ -317,10 +319,6 @@ where
         diff.push(tl - tb);
         ratio.push(tl / tb);
     }
-    let q = |v: &mut Vec<f64>, at: f64| {
-        v.sort_by(f64::total_cmp);
-        v[((v.len() - 1) as f64 * at).round() as usize]
-    };
     [
         q(&mut b, 0.5),
         q(&mut l, 0.5),
