@@ -112,7 +112,7 @@ where
             origin.record_connection(conn.reused, conn.setup_time);
         }
         // Nothing is left to drain (HEAD, 204, 304, `Content-Length: 0`): no
-        // runtime handle, no state, nothing at the drop.
+        // state, nothing at the drop.
         if response.body().is_end_stream() {
             return response.map(DrainBody::disarmed);
         }
