@@ -1,22 +1,17 @@
 use std::fmt;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Buf;
 use http::Response;
 use http_body::{Body, Frame, SizeHint};
+use tokio::runtime::Handle;
 
-use crate::adaptive::Origin;
-use crate::budget::DrainBudget;
-use crate::drain;
-use crate::future::RequestInfo;
-use crate::layer::SharedRef;
+use crate::drain::{self, DropContext};
 use crate::observe::ConnectionTag;
-use crate::outcome::Reason;
 use crate::policy::{self, AtDrop, Decision};
-use crate::stats::{AdaptiveView, Report, Trace};
+use crate::request::RequestInfo;
 
 /// Response body of [`DrainOnDrop`]: forwards every frame of the inner body
 /// unchanged, and when dropped before its end hands the rest to a background
@@ -48,46 +43,10 @@ struct Armed<B> {
 }
 
 /// Marks a response whose body already carries a drain, so that a
-/// `DrainOnDrop` further out passes it through instead of draining twice.
-/// Inserted only when another `DrainOnDrop` is calling (`Nesting`).
+/// `DrainOnDrop` further out, or `wrap_response`, passes it through instead
+/// of draining twice. Private: nobody else can insert it.
 #[derive(Clone, Copy)]
 struct DrainOwned;
-
-/// Everything known about a response when its body is dropped early.
-pub(crate) struct DropContext {
-    pub(crate) shared: SharedRef,
-    /// Reason the connection will not be reused whatever we do, from the head.
-    head: Option<Reason>,
-    /// The request's own budget, overriding the layer's.
-    budget: Option<DrainBudget>,
-    status: u16,
-    /// Data bytes the caller read.
-    pub(crate) caller_read: u64,
-    trace: Option<Box<Trace>>,
-    /// In adaptive mode: the response's origin.
-    pub(crate) origin: Option<Arc<Origin>>,
-}
-
-impl DropContext {
-    /// Counts the drop under `reason` and emits its event.
-    pub(crate) fn record(
-        &self,
-        reason: Reason,
-        bytes_drained: u64,
-        elapsed: Duration,
-        adaptive: Option<AdaptiveView>,
-    ) {
-        self.shared.stats.record(&Report {
-            reason,
-            bytes_drained,
-            caller_read: self.caller_read,
-            elapsed,
-            status: self.status,
-            trace: self.trace.as_deref(),
-            adaptive,
-        });
-    }
-}
 
 impl<B> DrainBody<B>
 where
@@ -96,12 +55,10 @@ where
     /// Puts the drain on a response that arrived for `request`.
     pub(crate) fn wrap(mut response: Response<B>, request: RequestInfo) -> Response<DrainBody<B>> {
         let extensions = response.extensions_mut();
-        // A `DrainOnDrop` below this one owns the drain (see `Nesting`).
+        // A `DrainBody` further in owns the drain: it came through another
+        // `DrainOnDrop`, or was wrapped already.
         if extensions.get::<DrainOwned>().is_some() {
             return response.map(DrainBody::disarmed);
-        }
-        if request.nested {
-            extensions.insert(DrainOwned);
         }
         let reuse = if request.shared.stats.is_observed() { ConnectionTag::take(extensions) } else { None };
         if let Some(conn) = reuse {
@@ -116,6 +73,7 @@ where
         if response.body().is_end_stream() {
             return response.map(DrainBody::disarmed);
         }
+        response.extensions_mut().insert(DrainOwned);
         let exact_length = response.body().size_hint().exact().is_some();
         let head = policy::inspect(
             &request.shared.config,
@@ -132,6 +90,7 @@ where
             caller_read: 0,
             trace: request.trace,
             origin,
+            runtime: Handle::try_current().ok(),
         };
         let armed = Armed { ctx, run: early_drop::<B> };
         response.map(|inner| DrainBody { inner: Some(inner), armed: Some(armed), ended: false })
@@ -145,7 +104,7 @@ impl<B> DrainBody<B> {
 }
 
 /// Runs when a body is dropped before its end: asks the policy, then drains
-/// in the background or drops the body so that hyper closes the connection.
+/// (see `drain.rs`) or drops the body so that hyper closes the connection.
 fn early_drop<B>(inner: B, ctx: DropContext)
 where
     B: Body + Send + Unpin + 'static,
@@ -159,6 +118,7 @@ where
         request_budget: ctx.budget,
         origin: ctx.origin.as_deref(),
         remaining: inner.size_hint(),
+        unwinding: std::thread::panicking(),
     };
     let (decision, adaptive_budget) = policy::decide(&ctx.shared, &at);
     let view = ctx

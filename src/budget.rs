@@ -63,16 +63,19 @@ impl DrainBudget {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Allowance {
     pub(crate) max_bytes: u64,
+    /// When the body was dropped: the time budget counts from here.
+    pub(crate) dropped_at: tokio::time::Instant,
     /// `None` when `max_time` is too large to be represented as an instant.
     pub(crate) deadline: Option<tokio::time::Instant>,
 }
 
 impl Allowance {
-    /// Starts counting `budget` now.
-    pub(crate) fn starting_now(budget: DrainBudget) -> Self {
+    /// Starts counting `budget` at `dropped_at`.
+    pub(crate) fn from_drop(budget: DrainBudget, dropped_at: tokio::time::Instant) -> Self {
         Allowance {
             max_bytes: budget.max_bytes,
-            deadline: tokio::time::Instant::now().checked_add(budget.max_time),
+            dropped_at,
+            deadline: dropped_at.checked_add(budget.max_time),
         }
     }
 }

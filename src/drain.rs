@@ -1,39 +1,93 @@
 //! The one place that drains: reads a dropped body to its end, within its
-//! allowance, first in the drop with what is buffered, then on a background
-//! task, and drops it.
+//! allowance, and drops it.
+//!
+//! hyper's own body (`hyper::body::Incoming`) is first read in the drop, as
+//! far as it has arrived: that runs no code but hyper's, never waits, and
+//! lets a body that is all there end at once, with no task. Anything that
+//! has to wait for the server, and every other body (whose code could block
+//! or take a lock the caller holds), is read on a background task, on the
+//! runtime the response arrived on while that runtime runs, else on the one
+//! current at the drop (see [`policy::runtimes`]).
+//!
+//! The time budget counts from the drop and is checked before every frame,
+//! in the drop and on the task alike, so the outcome is known within
+//! `max_time` of the drop plus the time of one frame, whatever the body.
 
+use std::any::TypeId;
 use std::future::{Future, poll_fn};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::{Pin, pin};
+use std::sync::Arc;
 use std::task::{Context, Poll, Waker, ready};
-use std::time::Instant;
 
 use bytes::Buf;
 use http_body::Body;
 use tokio::runtime::Handle;
-use tokio::time::Sleep;
+use tokio::time::{Instant, Sleep};
 
-use crate::body::DropContext;
+use crate::adaptive::Origin;
 use crate::budget::{Allowance, DrainBudget};
 use crate::outcome::Reason;
 use crate::policy;
-use crate::stats::{AdaptiveView, Slot};
+use crate::shared::Shared;
+use crate::stats::{AdaptiveView, Report, Slot, Trace};
 
-/// Drains `body` within `budget`: first, in the drop, what is already
-/// there; then, if the body has to wait for the server, on a task spawned on
-/// the runtime [`policy::runtime`] names, with a deadline `budget.max_time`
-/// after the drop.
-///
-/// Never blocks: the first step reads only frames that are ready, and reads
-/// no clock. If the runtime is shutting down the task is dropped unpolled,
-/// which drops the body (hyper closes the connection) and counts the drop as
-/// the policy says ([`policy::unfinished`]).
-pub(crate) fn start<B>(body: B, budget: DrainBudget, ctx: DropContext, view: Option<AdaptiveView>)
+/// Everything known about a response when its body is dropped early:
+/// captured when the response arrived, and the working state of its drain.
+pub(crate) struct DropContext {
+    pub(crate) shared: Arc<Shared>,
+    /// Reason the connection will not be reused whatever we do, from the head.
+    pub(crate) head: Option<Reason>,
+    /// The request's own budget, overriding the layer's.
+    pub(crate) budget: Option<DrainBudget>,
+    pub(crate) status: u16,
+    /// Data bytes the caller read.
+    pub(crate) caller_read: u64,
+    pub(crate) trace: Option<Box<Trace>>,
+    /// In adaptive mode: the response's origin.
+    pub(crate) origin: Option<Arc<Origin>>,
+    /// The runtime the response arrived on, if any: where its drain waits.
+    pub(crate) runtime: Option<Handle>,
+}
+
+impl DropContext {
+    /// Counts the drop under `reason` and emits its event.
+    pub(crate) fn record(
+        &self,
+        reason: Reason,
+        bytes_drained: u64,
+        elapsed: std::time::Duration,
+        adaptive: Option<AdaptiveView>,
+    ) {
+        self.shared.stats.record(&Report {
+            reason,
+            bytes_drained,
+            caller_read: self.caller_read,
+            elapsed,
+            status: self.status,
+            trace: self.trace.as_deref(),
+            adaptive,
+        });
+    }
+}
+
+/// Whether a body of type `B` is read in the drop: only hyper's own, whose
+/// frames come from its connection task through a channel.
+fn read_in_the_drop<B: 'static>() -> bool {
+    TypeId::of::<B>() == TypeId::of::<hyper::body::Incoming>()
+}
+
+/// Drains `body` within `budget`, counted from now (the drop): hyper's body
+/// first here, as far as it has arrived; then, if it has to wait for the
+/// server (or is another body), on a task, if the cap and a runtime let it.
+/// Never blocks and never waits.
+pub(crate) fn start<B>(body: B, budget: DrainBudget, mut ctx: DropContext, view: Option<AdaptiveView>)
 where
     B: Body + Send + Unpin + 'static,
 {
-    let timed = view.is_some() || tracing::enabled!(target: "drain_on_drop", tracing::Level::DEBUG);
-    let mut task = Drain {
+    let fetched = ctx.runtime.take();
+    let mut drain = Drain {
+        allowance: Allowance::from_drop(budget, Instant::now()),
         body: Some(body),
         ctx,
         slot: None,
@@ -42,55 +96,79 @@ where
         bytes: 0,
         first_wait: None,
         crossed: false,
-        failed: false,
-        started: timed.then(Instant::now),
         polled: false,
     };
-    // A body whose rest is already buffered ends here: no task, no timer,
-    // one hop less before hyper can pool the connection. A panic of the
-    // body stays here, as it would in the task (and is not risked while the
-    // thread already unwinds).
-    if !std::thread::panicking() {
+    if read_in_the_drop::<B>() {
+        // hyper's body does not panic; if it ever did, the drop must not.
         let mut cx = Context::from_waker(Waker::noop());
-        let now = Allowance { max_bytes: budget.max_bytes, deadline: None };
-        let first = catch_unwind(AssertUnwindSafe(|| task.poll_drain(&mut cx, now, None)));
-        match first {
+        match catch_unwind(AssertUnwindSafe(|| drain.poll_drain(&mut cx, None))) {
             Ok(Poll::Pending) => {}
-            // Left to the task: a body that fails in a drop made while the
-            // runtime tears down (its connection task already gone) counts
-            // as the runtime's, when the task is dropped unpolled.
-            Ok(Poll::Ready(Reason::BodyError)) => task.failed = true,
-            Ok(Poll::Ready(reason)) => return task.finish(reason),
-            Err(_) => return task.finish(policy::unfinished(true, true)),
+            Ok(Poll::Ready(reason)) => return drain.finish(reason),
+            Err(_) => return drain.finish(Reason::BodyPanic),
         }
     }
-    // It has to wait: a background drain, on a runtime with a timer, if the
-    // cap lets it.
-    let handle = match policy::runtime(&task.ctx.shared) {
-        Ok(handle) => handle,
-        Err(reason) => return task.finish(reason),
+    let (runtime, fallback) = match policy::runtimes(fetched, Handle::try_current().ok()) {
+        Ok(runtimes) => runtimes,
+        Err(refused) => return drain.finish(policy::cannot_wait(refused, drain.bytes > 0)),
     };
-    let Some(slot) = policy::admit(&task.ctx.shared) else {
-        return task.finish(Reason::Saturated);
-    };
-    task.slot = Some(slot);
-    // The time budget counts from the drop, which is now.
-    let allowance = Allowance::starting_now(budget);
-    // The join handle is dropped: the task is detached and ends by itself at
-    // the end of the body, on the first error, or at the deadline.
-    drop(handle.spawn(async move {
-        task.polled = true;
-        let reason = if task.failed { Reason::BodyError } else { task.run(allowance).await };
-        task.finish(reason);
+    match policy::admit(&drain.ctx.shared) {
+        Some(slot) => drain.slot = Some(slot),
+        None => return drain.finish(policy::cannot_wait(Reason::Saturated, drain.bytes > 0)),
+    }
+    spawn(&runtime, drain, fallback);
+}
+
+/// Runs `drain` on a task of `runtime`. A runtime that has shut down drops
+/// the task unpolled (tokio does so inside `spawn`), and one shutting down
+/// drops it from its queue: the drain then goes on to `fallback` (see
+/// [`Task`]).
+fn spawn<B>(runtime: &Handle, drain: Drain<B>, fallback: Option<Handle>)
+where
+    B: Body + Send + Unpin + 'static,
+{
+    let mut task = Task { drain: Some(drain), fallback };
+    // Detached: the task ends by itself at the end of the body, on the
+    // first error, or at the deadline.
+    drop(runtime.spawn(async move {
+        let mut drain = task.drain.take().expect("a task is started once");
+        drain.polled = true;
+        let reason = drain.run().await;
+        drain.finish(reason);
     }));
 }
 
-/// One drain: owns the body (and, on a task, its slot) until the outcome is recorded,
-/// however the task ends (finished, dropped unpolled, cancelled, unwinding).
+/// A drain on its way to a task: dropped before the task first ran (its
+/// runtime had shut down or was shutting down), it hands the drain to the
+/// fallback runtime; with none left, the drain counts itself (`Drop for
+/// Drain`).
+struct Task<B>
+where
+    B: Body + Send + Unpin + 'static,
+{
+    drain: Option<Drain<B>>,
+    fallback: Option<Handle>,
+}
+
+impl<B> Drop for Task<B>
+where
+    B: Body + Send + Unpin + 'static,
+{
+    fn drop(&mut self) {
+        if let (Some(drain), Some(fallback)) = (self.drain.take(), self.fallback.take()) {
+            spawn(&fallback, drain, None);
+        }
+    }
+}
+
+/// One drain: owns the body (and, on a task, its slot) until the outcome is
+/// recorded, however it ends (finished, dropped unpolled, cancelled,
+/// unwinding).
 struct Drain<B> {
     /// `None` once dropped.
     body: Option<B>,
     ctx: DropContext,
+    /// The byte allowance and the deadline, fixed at the drop.
+    allowance: Allowance,
     /// Its place under `max_concurrent_drains`, once it goes to a task.
     slot: Option<Slot>,
     /// The outcome was recorded.
@@ -104,13 +182,8 @@ struct Drain<B> {
     /// A data frame took `bytes` past the allowance: one more frame is read
     /// to see whether the body ends there.
     crossed: bool,
-    /// The body failed in the first step, at the drop.
-    failed: bool,
-    /// When the drain started, when its time is reported (an event or
-    /// adaptive mode): the clock is not read otherwise.
-    started: Option<Instant>,
-    /// The task was polled: dropped without an outcome, it was cancelled
-    /// rather than never run (read only then, by `Drop`).
+    /// The task ran: dropped without an outcome, it was cancelled rather
+    /// than never run (read only then, by `Drop`).
     polled: bool,
 }
 
@@ -118,37 +191,41 @@ impl<B> Drain<B>
 where
     B: Body + Unpin,
 {
-    async fn run(&mut self, allowance: Allowance) -> Reason {
-        // Armed before the first read, but registered with the timer only
-        // if the body ever has to wait (`Sleep` registers on first poll).
-        let deadline = match allowance.deadline {
+    /// The task's drain: reads until an outcome, waiting for the server
+    /// under a timer set to the deadline.
+    async fn run(&mut self) -> Reason {
+        // Registered with the timer only if the body ever has to wait
+        // (`Sleep` registers on first poll).
+        let sleep = match self.allowance.deadline {
             None => None,
             Some(at) => match catch_unwind(|| tokio::time::sleep_until(at)) {
                 Ok(sleep) => Some(sleep),
                 Err(_) => {
                     policy::found_no_time_driver(&Handle::current());
-                    return Reason::NoTimeDriver;
+                    return policy::cannot_wait(Reason::NoTimeDriver, self.bytes > 0);
                 }
             },
         };
-        let mut deadline = pin!(deadline);
-        poll_fn(|cx| self.poll_drain(cx, allowance, deadline.as_mut().as_pin_mut())).await
+        let mut sleep = pin!(sleep);
+        // A panic of the body ends the drain here, counted, rather than
+        // unwinding into the runtime with the drain left to its `Drop`.
+        poll_fn(|cx| {
+            catch_unwind(AssertUnwindSafe(|| self.poll_drain(cx, sleep.as_mut().as_pin_mut())))
+                .unwrap_or(Poll::Ready(Reason::BodyPanic))
+        })
+        .await
     }
 
     /// Reads and discards the frames of the body that are ready, until its
-    /// end, an error, the deadline, or the byte allowance: a body whose known
-    /// remaining length exceeds what is left is given up at once; one of
-    /// unknown length is read one frame past the allowance, and then one more
-    /// frame to see whether the body ends there (only its end marker or
-    /// trailers left: drained), else given up. `Pending` when the body waits
-    /// for the server, or after [`FRAMES_PER_POLL`] frames to let other tasks
-    /// run.
-    fn poll_drain(
-        &mut self,
-        cx: &mut Context<'_>,
-        allowance: Allowance,
-        deadline: Option<Pin<&mut Sleep>>,
-    ) -> Poll<Reason> {
+    /// end, an error, the deadline (checked before every frame), or the byte
+    /// allowance: a body whose known remaining length exceeds what is left is
+    /// given up at once; one of unknown length is read one frame past the
+    /// allowance, and then one more frame to see whether the body ends there
+    /// (only its end marker or trailers left: drained), else given up.
+    /// `Pending` when the body waits for the server (with a `sleep`, woken
+    /// by it at the deadline), or after [`FRAMES_PER_POLL`] frames to let
+    /// other tasks run.
+    fn poll_drain(&mut self, cx: &mut Context<'_>, sleep: Option<Pin<&mut Sleep>>) -> Poll<Reason> {
         let Some(body) = self.body.as_mut() else {
             return Poll::Ready(Reason::EndOfBody);
         };
@@ -156,13 +233,16 @@ where
             if body.is_end_stream() {
                 return Poll::Ready(Reason::EndOfBody);
             }
+            if self.allowance.deadline.is_some_and(|at| Instant::now() >= at) {
+                return Poll::Ready(Reason::OverTime);
+            }
             let frame = match Pin::new(&mut *body).poll_frame(cx) {
                 Poll::Pending => {
                     if self.first_wait.is_none() && self.ctx.origin.is_some() {
                         self.first_wait = Some((Instant::now(), self.bytes));
                     }
-                    if let Some(deadline) = deadline {
-                        ready!(deadline.poll(cx));
+                    if let Some(sleep) = sleep {
+                        ready!(sleep.poll(cx));
                         return Poll::Ready(Reason::OverTime);
                     }
                     return Poll::Pending;
@@ -175,15 +255,17 @@ where
             let Some(data) = frame.data_ref() else { continue };
             let len = data.remaining() as u64;
             self.bytes = self.bytes.saturating_add(len);
-            match policy::after_frame(self.bytes, len, allowance.max_bytes, self.crossed, body.size_hint()) {
+            match policy::after_frame(
+                self.bytes,
+                len,
+                self.allowance.max_bytes,
+                self.crossed,
+                body.size_hint(),
+            ) {
                 policy::Budget::Within => {}
                 policy::Budget::Crossed => self.crossed = true,
                 policy::Budget::Spent => return Poll::Ready(Reason::OverBytes),
             }
-        }
-        // A body that always has a frame ready never lets the timer fire.
-        if allowance.deadline.is_some_and(|at| tokio::time::Instant::now() >= at) {
-            return Poll::Ready(Reason::OverTime);
         }
         cx.waker().wake_by_ref();
         Poll::Pending
@@ -200,7 +282,7 @@ impl<B> Drain<B> {
             return;
         }
         self.recorded = true;
-        let elapsed = self.started.map(|at| at.elapsed()).unwrap_or_default();
+        let elapsed = self.allowance.dropped_at.elapsed();
         let link_limited = matches!(reason, Reason::EndOfBody | Reason::OverBytes | Reason::OverTime);
         if let (Some(origin), Some((at, before)), true) = (&self.ctx.origin, self.first_wait, link_limited) {
             origin.record_drain(self.bytes - before, at.elapsed());
@@ -213,12 +295,11 @@ impl<B> Drain<B> {
 impl<B> Drop for Drain<B> {
     fn drop(&mut self) {
         if !self.recorded {
-            self.finish(policy::unfinished(self.polled, std::thread::panicking()));
+            self.finish(policy::unfinished(self.polled, std::thread::panicking(), self.bytes > 0));
         }
     }
 }
 
-/// Frames read in one poll before the drain yields to other tasks (and to
-/// its own deadline): a body that always has a frame ready must not hold a
-/// worker thread past `max_time`.
+/// Frames read in one poll before the drain yields to other tasks: a body
+/// that always has a frame ready must not hold a worker thread.
 const FRAMES_PER_POLL: usize = 64;

@@ -1,163 +1,17 @@
-use std::cell::RefCell;
-use std::fmt;
-use std::ops::Deref;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::Response;
 use http_body::Body;
-use tokio::runtime::Handle;
 use tower_layer::Layer;
 
-use crate::adaptive::{self, OriginSnapshot, Origins};
+use crate::adaptive::OriginSnapshot;
 use crate::body::DrainBody;
-use crate::budget::DrainBudget;
-use crate::future::RequestInfo;
 use crate::observe::ObserveConnector;
+use crate::request::RequestInfo;
 use crate::service::DrainOnDrop;
+use crate::shared::{Config, Shared};
 use crate::stats::DrainStats;
-
-/// The layer's settings.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Config {
-    pub(crate) max_bytes: u64,
-    pub(crate) max_time: Duration,
-    pub(crate) max_concurrent_drains: usize,
-    /// Media types (lowercase, no parameters) of open-ended streams.
-    pub(crate) stream_types: Arc<[String]>,
-    /// Budgets follow per-origin estimates (see `adaptive.rs`).
-    pub(crate) adaptive: bool,
-    /// `max_bytes` / `max_time` were set by the user: in adaptive mode they
-    /// are the ceilings, otherwise the adaptive defaults are.
-    pub(crate) explicit_bytes: bool,
-    pub(crate) explicit_time: bool,
-}
-
-impl Config {
-    /// The fixed budgets.
-    pub(crate) fn budget(&self) -> DrainBudget {
-        DrainBudget::new(self.max_bytes, self.max_time)
-    }
-
-    /// The most an adaptive drain may spend.
-    pub(crate) fn ceiling(&self) -> DrainBudget {
-        DrainBudget::new(
-            if self.explicit_bytes { self.max_bytes } else { adaptive::DEFAULT_CEILING_BYTES },
-            if self.explicit_time { self.max_time } else { adaptive::DEFAULT_CEILING_TIME },
-        )
-    }
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            max_bytes: 256 * 1024,
-            max_time: Duration::from_millis(50),
-            max_concurrent_drains: 1024,
-            stream_types: Arc::from(vec!["text/event-stream".to_string()]),
-            adaptive: false,
-            explicit_bytes: false,
-            explicit_time: false,
-        }
-    }
-}
-
-/// What every service built from one layer, and every body they return,
-/// shares: the settings, the counters, the adaptive origin table, and the
-/// runtime for bodies dropped outside any.
-#[derive(Clone, Default)]
-pub(crate) struct Shared {
-    pub(crate) config: Config,
-    pub(crate) stats: DrainStats,
-    pub(crate) origins: Arc<Origins>,
-    /// The runtime the layer first served a request on: where a body dropped
-    /// outside any runtime drains (see `policy::runtime`).
-    pub(crate) home: OnceLock<Handle>,
-}
-
-impl Shared {
-    /// Notes the current runtime as home, if there is none yet: one load
-    /// per request after the first.
-    pub(crate) fn note_home(&self) {
-        if self.home.get().is_none()
-            && let Ok(handle) = Handle::try_current()
-        {
-            let _ = self.home.set(handle);
-        }
-    }
-}
-
-/// A reference to a layer's [`Shared`] state, held by each response future
-/// and body, that costs no atomic operation in the common case.
-///
-/// A plain `Arc` clone per request and its release when the body is done
-/// are two atomic read-modify-writes on every response, read to the end or
-/// not. Instead, a reference is given back to its thread's spares when it
-/// is dropped, and the next request on that thread takes it from there: a
-/// caller that sends a request after reading the last response to its end
-/// hands the same reference on and on. The `Arc` is cloned only when the
-/// thread has no spare of this layer (the first request, or a thread that
-/// only sends), and released only when the spares are full (a thread that
-/// only drops). Each thread keeps at most [`SPARES`] of them, released when
-/// the thread exits: a layer's state may outlive its last handle by that
-/// much, which nothing can observe but its memory.
-pub(crate) struct SharedRef(Option<Arc<Shared>>);
-
-/// References kept per thread (see [`SharedRef`]).
-const SPARES: usize = 8;
-
-thread_local! {
-    static SPARE: RefCell<Vec<Arc<Shared>>> = const { RefCell::new(Vec::new()) };
-}
-
-impl SharedRef {
-    /// A reference to `shared`: a spare of this thread's if it has one.
-    pub(crate) fn new(shared: &Arc<Shared>) -> Self {
-        let spare = SPARE
-            .try_with(|spare| {
-                let mut spare = spare.try_borrow_mut().ok()?;
-                let at = spare.iter().rposition(|s| Arc::ptr_eq(s, shared))?;
-                Some(spare.swap_remove(at))
-            })
-            .ok()
-            .flatten();
-        SharedRef(Some(spare.unwrap_or_else(|| Arc::clone(shared))))
-    }
-}
-
-impl Deref for SharedRef {
-    type Target = Shared;
-
-    fn deref(&self) -> &Shared {
-        self.0.as_deref().expect("present until dropped")
-    }
-}
-
-impl Drop for SharedRef {
-    fn drop(&mut self) {
-        let Some(shared) = self.0.take() else { return };
-        // Released outside the borrow: it may be the last reference.
-        let _released = SPARE.try_with(move |spare| match spare.try_borrow_mut() {
-            Ok(mut spare) if spare.len() < SPARES => {
-                spare.push(shared);
-                None
-            }
-            _ => Some(shared),
-        });
-    }
-}
-
-impl fmt::Debug for Shared {
-    /// The settings and counters; origins by number only (their names are
-    /// hosts the user may not want in logs).
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("DrainOnDrop")
-            .field("config", &self.config)
-            .field("stats", &self.stats)
-            .field("origins", &self.origins.len())
-            .finish()
-    }
-}
 
 /// Wraps a client service in [`DrainOnDrop`]: response bodies dropped before
 /// their end are drained in the background so the connection can be pooled.
@@ -243,11 +97,13 @@ impl DrainOnDropLayer {
     }
 
     /// The most drains running at once in the background, across every
-    /// service built from this layer. A body dropped while that many drains
-    /// run is not drained (counted as skipped, `saturated`), so a flood of
-    /// early drops cannot grow background work without bound. A drain that
-    /// ends in the drop itself (the rest of the body was already buffered)
-    /// runs no task and takes no place.
+    /// service built from this layer. A body that has to wait for the
+    /// server while that many drains run is not drained (counted as skipped,
+    /// `saturated`, or as `cannot_wait` when the drop had already read part
+    /// of it), so a flood of early drops cannot grow background work without
+    /// bound. A hyper body that ends in the drop itself (the rest had
+    /// already arrived) runs no task and takes no place, so the cap never
+    /// refuses it.
     ///
     /// A drain lasts at most `max_time`, so the number running is about the
     /// rate of early drops times their drain time: 10,000 drops a second of
@@ -363,17 +219,19 @@ impl DrainOnDropLayer {
     /// built from this layer, such as one from `reqwest` (see the README's
     /// "Using reqwest"). The body is drained on an early drop with this
     /// layer's budgets, rules and counters, minus what only the request
-    /// could say: a request's `Connection: close` or [`DrainBudget`], and
+    /// could say: a request's `Connection: close` or [`DrainBudget`](crate::DrainBudget), and
     /// adaptive estimates (the fixed budgets apply). Its headers are not
     /// trusted to describe the wire framing (reqwest removes
     /// `Content-Length` from bodies it decompresses), so a body without
     /// `Content-Length` or chunking is drained within the budgets rather
-    /// than skipped as close-delimited. A drain that has to wait runs on
-    /// the runtime current at the drop, as for the layer's own responses
-    /// (see the [crate documentation](crate#runtime)).
+    /// than skipped as close-delimited. A body that is not hyper's own is
+    /// never read in the drop: its drain runs on the runtime current here,
+    /// where the response is wrapped, while it runs, else on the one
+    /// current at the drop (see the [crate documentation](crate#runtime)).
     ///
     /// A response that already carries a drain (it came through a
-    /// `DrainOnDrop`) is passed through: it is drained once.
+    /// `DrainOnDrop`, or was wrapped already) is passed through: it is
+    /// drained once.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -383,7 +241,7 @@ impl DrainOnDropLayer {
     /// let layer = DrainOnDropLayer::new();
     /// let res = http::Response::new(http_body_util::Full::new(bytes::Bytes::from("hello")));
     /// let res = layer.wrap_response(res);
-    /// drop(res); // dropped unread: drained (here at once, the body is in memory)
+    /// drop(res); // dropped unread: drained on this runtime, in the background
     /// # }
     /// ```
     pub fn wrap_response<B>(&self, res: Response<B>) -> Response<DrainBody<B>>
@@ -409,59 +267,16 @@ impl<S> Layer<S> for DrainOnDropLayer {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_thread_hands_its_references_on_and_keeps_few() {
-        let shared = Arc::new(Shared::default());
-        let other = Arc::new(Shared::default());
-        drop(SharedRef::new(&shared));
-        assert_eq!(Arc::strong_count(&shared), 2, "one spare kept");
-        let taken = SharedRef::new(&shared);
-        assert_eq!(Arc::strong_count(&shared), 2, "the spare handed on, not a new clone");
-        let unrelated = SharedRef::new(&other);
-        assert!(std::ptr::eq(&*unrelated, &*other), "a spare of another layer is not taken");
-        drop((taken, unrelated));
-        let many: Vec<_> = (0..3 * SPARES).map(|_| SharedRef::new(&shared)).collect();
-        drop(many);
-        let spares = Arc::strong_count(&shared) - 1 + Arc::strong_count(&other) - 1;
-        assert_eq!(spares, SPARES, "at most {SPARES} spares per thread, the rest released");
-        let before = Arc::strong_count(&shared);
-        std::thread::spawn({
-            let shared = shared.clone();
-            move || drop(SharedRef::new(&shared))
-        })
-        .join()
-        .unwrap();
-        assert_eq!(Arc::strong_count(&shared), before, "a thread's spares go when it exits");
+// Here rather than in `service.rs`, so that the service does not depend on
+// the layer that builds it.
+impl<S> DrainOnDrop<S> {
+    /// Wraps `inner` with the default budgets (see [`DrainOnDropLayer::new`]).
+    pub fn new(inner: S) -> Self {
+        DrainOnDropLayer::new().layer(inner)
     }
 
-    #[test]
-    fn responses_read_to_the_end_take_no_new_reference() {
-        use http_body_util::BodyExt;
-        use tower_service::Service;
-
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        let layer = DrainOnDropLayer::new();
-        let mut svc = layer.layer(tower::service_fn(|_: http::Request<()>| async {
-            let body = http_body_util::Full::new(bytes::Bytes::from_static(b"0123456789"));
-            Ok::<_, std::convert::Infallible>(
-                Response::builder().header("content-length", 10).body(body).unwrap(),
-            )
-        }));
-        let mut counts = Vec::new();
-        rt.block_on(async {
-            for _ in 0..5 {
-                let res = svc.call(http::Request::new(())).await.unwrap();
-                // A plain clone would count one more while the body lives.
-                counts.push(Arc::strong_count(&layer.shared));
-                res.into_body().collect().await.unwrap();
-                counts.push(Arc::strong_count(&layer.shared));
-            }
-        });
-        assert!(counts[1..].windows(2).all(|w| w[0] == w[1]), "one reference handed on: {counts:?}");
-        assert_eq!(layer.stats().snapshot().total(crate::Outcome::Drained), 0, "nothing counted");
+    /// Returns a new [`DrainOnDropLayer`] with the default budgets.
+    pub fn layer() -> DrainOnDropLayer {
+        DrainOnDropLayer::new()
     }
 }

@@ -3,7 +3,7 @@
 //!
 //! ```toml
 //! [dependencies]
-//! drain-on-drop = "0.3"
+//! drain-on-drop = "0.4"
 //! http = "1"
 //! http-body-util = "0.1"
 //! hyper = "1"
@@ -53,40 +53,44 @@
 //!    it ends only when the server closes), when the response is HTTP/2 or
 //!    later (hyper resets the stream and the connection lives on), when the
 //!    content type is an open-ended stream, when the remaining length is
-//!    known and exceeds the byte budget, or when
-//!    [`max_concurrent_drains`](DrainOnDropLayer::max_concurrent_drains)
-//!    drains are already running. The inner body is then dropped at once, as
-//!    hyper alone would.
-//! 2. **Drain.** Otherwise what is already buffered is read in the drop
-//!    itself; a body whose rest has arrived ends there. If it has to wait for
-//!    the server, a task is spawned on the tokio runtime current at the drop
-//!    (see [Runtime](#runtime)), or the drop is skipped when there is no
-//!    runtime (or time driver) to wait on. The drain reads and discards
-//!    frames (data and trailers) until the end of the body, then drops it,
-//!    and hyper-util puts the connection back in the pool. It gives up, and
-//!    the connection is closed, when more than
-//!    [`max_bytes`](DrainOnDropLayer::max_bytes) would have to be read, when
-//!    [`max_time`](DrainOnDropLayer::max_time) has passed since the drop, or
-//!    on the first body error. Dropping never blocks and never waits.
+//!    known and exceeds the byte budget, or when the thread is unwinding
+//!    from a panic. The inner body is then dropped at once, as hyper alone
+//!    would.
+//! 2. **Drain.** Otherwise hyper's own body (`hyper::body::Incoming`) is
+//!    read in the drop as far as it has arrived: that runs nothing but
+//!    hyper's code and never waits, and a body whose rest is there ends at
+//!    once, with no task. A body that has to wait for the server, and any
+//!    other body (whose code could block, or take a lock the caller holds),
+//!    is read on a background task (see [Runtime](#runtime)), if fewer than
+//!    [`max_concurrent_drains`](DrainOnDropLayer::max_concurrent_drains) are
+//!    running. The drain reads and discards frames (data and trailers)
+//!    until the end of the body, then drops it, and hyper-util puts the
+//!    connection back in the pool. It gives up, and the connection is
+//!    closed, when more than [`max_bytes`](DrainOnDropLayer::max_bytes)
+//!    would have to be read, when [`max_time`](DrainOnDropLayer::max_time)
+//!    has passed since the drop (checked before every frame, so the outcome
+//!    is known within `max_time` plus the time of one frame), or on the
+//!    first body error. Dropping never blocks and never waits.
 //! 3. **Count.** Every early drop lands exactly once in [`DrainStats`] under
 //!    one [`Reason`], which belongs to one [`Outcome`]: drained, abandoned,
-//!    skipped or failed. It also emits one `tracing` event at DEBUG (target
-//!    `drain_on_drop`) with the outcome, the reason, the origin
-//!    (`scheme://host:port`), the status, the bytes drained and the time
-//!    spent, inside the span that was current when the request was called.
+//!    skipped or failed. A skipped drop read nothing. It also emits one
+//!    `tracing` event at DEBUG (target `drain_on_drop`) with the outcome,
+//!    the reason, the origin (`scheme://host:port`), the status, the bytes
+//!    drained and the time spent, inside the span that was current when the
+//!    request was called.
 //!
 //! A body read to its end, or already at its end (HEAD, 204, 304,
-//! `Content-Length: 0`), is never drained or counted and costs nothing
-//! beyond the wrapper: no task and no allocation (adaptive mode adds a few
-//! uncontended locks per request for its estimates).
+//! `Content-Length: 0`), is never drained or counted and costs little
+//! beyond the wrapper: no task, one reference to the layer's state and one
+//! to the runtime, and a marker in the response's extensions (adaptive
+//! mode adds a few uncontended locks per request for its estimates).
 //!
-//! Stacked `DrainOnDrop` layers (the same layer twice, or two with
-//! different budgets) drain and count each early drop once: the innermost
-//! owns it, and outer ones pass its body through. They find each other
-//! through the call stack (an inner one is called, and its future polled,
-//! inside the outer one's `call` and `poll`), so a layer between them that
-//! calls its inner service later on another task (tower's `Buffer`) hides
-//! the nesting and both drain.
+//! A response drains once, however it was wrapped: the first `DrainOnDrop`
+//! (or [`wrap_response`](DrainOnDropLayer::wrap_response)) to see it marks
+//! it, and any other one further out passes its body through. Stacked
+//! layers (the same one twice, two with different budgets, a tower
+//! `Buffer` between them) therefore count each early drop once, in the
+//! innermost layer's stats and under its budgets.
 //!
 //! # Counting and exporting
 //!
@@ -252,27 +256,28 @@
 //!
 //! # Runtime
 //!
-//! A drain that has to wait for the server runs on the tokio runtime
-//! current at the drop, as a task spawned in the drop would; a body dropped
-//! outside any runtime (on a plain thread) drains on the runtime the layer
-//! first served a request on. That runtime must have its time driver
-//! enabled (as `#[tokio::main]` does). A current-thread runtime runs the
-//! drain only when it is driven again, so until then the drain holds its
-//! connection and a `max_concurrent_drains` slot; the time budget still
-//! counts from the drop. Nothing of this is looked up for a body read to
-//! its end, or for one whose rest is already buffered at the drop (drained
-//! in the drop, with no runtime needed).
+//! A drain that has to wait for the server runs on the tokio runtime its
+//! response arrived on, while that runtime runs, wherever the body was
+//! dropped (another runtime, a plain thread); if that runtime has shut
+//! down, on the runtime current at the drop. That runtime must have its
+//! time driver enabled (as `#[tokio::main]` does). A current-thread runtime
+//! runs the drain only when it is driven again, so until then the drain
+//! holds its connection and a `max_concurrent_drains` slot; the time budget
+//! still counts from the drop. A static client shared by many short-lived
+//! runtimes (one per test) works: each response drains on its own runtime.
 //!
-//! With no runtime to wait on (none at the drop and none ever served, or
-//! one that has shut down), the body is dropped as hyper would and counted
-//! as skipped (`no_runtime`); so is one whose runtime has no time driver
-//! (`no_time_driver`; the first such drop on a runtime finds out, and the
+//! With no runtime to wait on, the drop does not wait: counted `no_runtime`
+//! (skipped, nothing read) or, when it had already read part of hyper's
+//! body, `cannot_wait` (abandoned); a runtime without a time driver counts
+//! `no_time_driver` (the first such drop on a runtime finds out, and the
 //! panic hook prints tokio's message once). A drain still running when its
 //! runtime shuts down is dropped with it and counted as abandoned
-//! (`runtime_shutdown`), so drop a body inside a short-lived runtime of its
-//! own only if that runtime outlives the drain. A body that panics while
-//! drained is counted as failed (`body_panic`), and the panic stays in the
-//! drain task.
+//! (`runtime_shutdown`). A body that panics while drained is counted as
+//! failed (`body_panic`), and the panic stays in the drain.
+//!
+//! No state of a layer or of a runtime outlives the last service, response
+//! or drain that uses it: a response holds a reference to the runtime it
+//! arrived on until it is dropped or drained, and nothing more.
 //!
 //! [`Client`]: https://docs.rs/hyper-util/latest/hyper_util/client/legacy/struct.Client.html
 
@@ -287,7 +292,9 @@ mod layer;
 pub mod observe;
 mod outcome;
 mod policy;
+mod request;
 mod service;
+mod shared;
 mod stats;
 
 pub use adaptive::OriginSnapshot;

@@ -91,6 +91,12 @@ reasons! {
     OverTime = "over_time", Abandoned;
     /// The runtime shut down while the drain ran.
     RuntimeShutdown = "runtime_shutdown", Abandoned;
+    /// The drop read what had already arrived of hyper's body, then the rest
+    /// had to wait for the server and the drain could not wait:
+    /// `max_concurrent_drains` drains were running, or there was no runtime
+    /// (with a time driver) to wait on. The same with nothing read is
+    /// skipped (`saturated`, `no_runtime`, `no_time_driver`).
+    CannotWait = "cannot_wait", Abandoned;
 
     /// Draining is off: a byte or time budget of zero (for the layer or
     /// through a [`DrainBudget`](crate::DrainBudget)), or
@@ -116,16 +122,22 @@ reasons! {
     /// [`stream_content_types`](crate::DrainOnDropLayer::stream_content_types)).
     Stream = "stream", Skipped;
     /// `max_concurrent_drains` drains were already running in the
-    /// background when this body had to wait for the server (what it had
-    /// already buffered was read at the drop and counts in `bytes_drained`).
+    /// background when this body had to wait for the server. Nothing was
+    /// read (see `cannot_wait`).
     Saturated = "saturated", Skipped;
-    /// The body had to wait for the server and there was no tokio runtime
-    /// to wait on: none current at the drop and none the layer ever served
-    /// a request on, or that runtime shut down before the drain could start.
+    /// The drain needed a task and there was no tokio runtime to run it
+    /// on: the response arrived outside any runtime and none was current at
+    /// the drop, or those runtimes had shut down. Nothing was read (see
+    /// `cannot_wait`). Only hyper's own body is ever read in the drop; any
+    /// other body needs a task.
     NoRuntime = "no_runtime", Skipped;
     /// The runtime has no time driver (built without `enable_time`), so a
-    /// time budget cannot be kept.
+    /// time budget cannot be kept. Nothing was read.
     NoTimeDriver = "no_time_driver", Skipped;
+    /// The body was dropped while its thread was unwinding from a panic: a
+    /// drain would have run, but the layer reads nothing and starts nothing
+    /// then, and the body is dropped as hyper alone would drop it.
+    Unwinding = "unwinding", Skipped;
 
     /// The body returned an error while drained.
     BodyError = "body_error", Failed;

@@ -4,11 +4,12 @@
 //! [`inspect`] reads the request and response headers once and notes any
 //! reason the connection cannot be reused whatever a drain does. When the
 //! body is dropped before its end, [`decide`] adds what is known then (the
-//! budget, the remaining length, the number of drains running) and returns
-//! either a reason to skip or what the drain may spend. When the drain has
-//! to wait for the server, [`runtime`] says where its task runs and
-//! [`admit`] whether the cap lets it. When a drain task ends without an
-//! outcome of its own, [`unfinished`] names why.
+//! budget, the remaining length, whether the thread is unwinding) and
+//! returns either a reason to skip or what the drain may spend. When the
+//! drain has to wait for the server, [`admit`] says whether the cap lets it
+//! and [`runtimes`] where its task runs. When a drain ends without an
+//! outcome of its own, or cannot wait, [`unfinished`] and [`cannot_wait`]
+//! name why.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -20,8 +21,8 @@ use tokio::runtime::{Handle, Id};
 
 use crate::adaptive::Origin;
 use crate::budget::DrainBudget;
-use crate::layer::{Config, Shared};
 use crate::outcome::Reason;
+use crate::shared::{Config, Shared};
 use crate::stats::Slot;
 
 /// What the request said about its response's drain, for [`inspect`].
@@ -126,14 +127,17 @@ pub(crate) struct AtDrop<'a> {
     pub(crate) origin: Option<&'a Origin>,
     /// The body's size hint now.
     pub(crate) remaining: SizeHint,
+    /// The thread is unwinding from a panic.
+    pub(crate) unwinding: bool,
 }
 
 /// What to do with a body dropped before its end.
 pub(crate) enum Decision {
     /// Drop it now, as hyper alone would.
     Skip(Reason),
-    /// Drain it within this budget (counted from the drop): at once what is
-    /// buffered, then, if [`admit`] lets it, on a task.
+    /// Drain it within this budget (counted from the drop): hyper's own body
+    /// at once as far as it has arrived, then, if [`admit`] lets it, on a
+    /// task.
     Drain(DrainBudget),
 }
 
@@ -176,9 +180,13 @@ pub(crate) fn decide(shared: &Shared, at: &AtDrop<'_>) -> (Decision, Option<Drai
         if at.remaining.lower() > budget.max_bytes {
             break 'decide Decision::Skip(Reason::DeclaredOverBudget);
         }
-        if shared.stats.in_flight() >= config.max_concurrent_drains as u64 {
-            break 'decide Decision::Skip(Reason::Saturated);
+        // A drain would run, but not from a drop made while the thread
+        // unwinds: no read, no task, only the count.
+        if at.unwinding {
+            break 'decide Decision::Skip(Reason::Unwinding);
         }
+        // The cap is not asked here: a body that ends in the drop takes no
+        // place under it (see `admit`).
         Decision::Drain(budget)
     };
     (decision, adaptive_budget)
@@ -209,21 +217,25 @@ pub(crate) fn after_frame(read: u64, len: u64, max_bytes: u64, crossed: bool, re
     if read > max_bytes { Budget::Crossed } else { Budget::Within }
 }
 
-/// The runtime for a drain that has to wait for the server: the one current
-/// at the drop, or, for a body dropped outside any runtime (on a plain
-/// thread), the runtime the layer first served a request on. `no_runtime`
-/// when there is neither, `no_time_driver` when that runtime has no timer.
-/// Read only here, at the drop, so that responses read to the end never
-/// touch it.
-pub(crate) fn runtime(shared: &Shared) -> Result<Handle, Reason> {
-    let handle = match Handle::try_current() {
-        Ok(current) => current,
-        Err(_) => shared.home.get().cloned().ok_or(Reason::NoRuntime)?,
-    };
-    if lacks_time_driver(&handle) {
-        return Err(Reason::NoTimeDriver);
+/// Where a drain that has to wait for the server runs: on the runtime its
+/// response arrived on (`fetched`), and if that one has shut down, on the
+/// one current at the drop (`current`), when that is another runtime. The
+/// first choice and the fallback; a runtime known to have no time driver is
+/// passed over. `no_runtime` when there is neither, `no_time_driver` when
+/// every one there is lacks a timer. Asked only at a drop that has to wait,
+/// so that responses read to the end never touch it.
+pub(crate) fn runtimes(
+    fetched: Option<Handle>,
+    current: Option<Handle>,
+) -> Result<(Handle, Option<Handle>), Reason> {
+    let current = current.filter(|c| fetched.as_ref().is_none_or(|f| f.id() != c.id()));
+    let any = fetched.is_some() || current.is_some();
+    let mut usable = fetched.into_iter().chain(current).filter(|h| !lacks_time_driver(h));
+    match (usable.next(), usable.next()) {
+        (Some(first), fallback) => Ok((first, fallback)),
+        (None, _) if any => Err(Reason::NoTimeDriver),
+        (None, _) => Err(Reason::NoRuntime),
     }
-    Ok(handle)
 }
 
 /// Admits a drain that has to wait for the server to the background, under
@@ -233,15 +245,23 @@ pub(crate) fn admit(shared: &Shared) -> Option<Slot> {
     shared.stats.try_acquire(shared.config.max_concurrent_drains)
 }
 
-/// Why a drain task ended without reaching an outcome of its own: dropped
-/// before it was first polled (its runtime was shutting down when it was
-/// spawned), unwinding from a panic of the body, or dropped while running
-/// (the runtime shut down).
-pub(crate) fn unfinished(polled: bool, panicking: bool) -> Reason {
+/// Why a drain that had to wait for the server could not: `refused` says
+/// why not (no slot, no runtime, no timer), which is the reason when the
+/// drop read nothing; a drop that had read part of the body did start a
+/// drain, and gives it up (`cannot_wait`).
+pub(crate) fn cannot_wait(refused: Reason, read_any: bool) -> Reason {
+    if read_any { Reason::CannotWait } else { refused }
+}
+
+/// Why a drain task ended without reaching an outcome of its own: unwinding
+/// from a panic of the body, dropped while running (the runtime shut down),
+/// or dropped before it ever ran (every runtime it could run on had shut
+/// down), which is [`cannot_wait`] for want of a runtime.
+pub(crate) fn unfinished(polled: bool, panicking: bool, read_any: bool) -> Reason {
     match (polled, panicking) {
         (_, true) => Reason::BodyPanic,
-        (false, false) => Reason::NoRuntime,
         (true, false) => Reason::RuntimeShutdown,
+        (false, false) => cannot_wait(Reason::NoRuntime, read_any),
     }
 }
 
@@ -369,6 +389,7 @@ mod tests {
             request_budget: budget,
             origin: None,
             remaining: SizeHint::with_exact(remaining),
+            unwinding: false,
         }
     }
 
@@ -389,16 +410,28 @@ mod tests {
         close.head = Some(Reason::ConnectionClose);
         assert_eq!(skip(decide(&shared(10, ms(50), 1), &close)), Some(Reason::ConnectionClose));
         assert_eq!(skip(decide(&shared(10, ms(50), 1), &at(None, 11))), Some(Reason::DeclaredOverBudget));
+        let unwinding = AtDrop { unwinding: true, ..at(None, 10) };
+        assert_eq!(skip(decide(&shared(10, ms(50), 1), &unwinding)), Some(Reason::Unwinding));
+        let over_and_unwinding = AtDrop { unwinding: true, ..at(None, 11) };
+        assert_eq!(
+            skip(decide(&shared(10, ms(50), 1), &over_and_unwinding)),
+            Some(Reason::DeclaredOverBudget),
+            "a drop that would not drain anyway says why"
+        );
         let s = shared(10, ms(50), 1);
         assert!(matches!(decide(&s, &at(None, 10)).0, Decision::Drain(..)), "exactly the budget is drained");
         let running = admit(&s).expect("one slot");
         assert!(admit(&s).is_none(), "the cap holds");
-        assert_eq!(skip(decide(&s, &at(None, 1))), Some(Reason::Saturated));
+        assert!(
+            matches!(decide(&s, &at(None, 1)).0, Decision::Drain(..)),
+            "the cap is asked only of a drain that has to wait"
+        );
         drop(running);
-        assert!(matches!(decide(&s, &at(None, 1)).0, Decision::Drain(..)), "slot freed");
+        assert!(admit(&s).is_some(), "slot freed");
         match decide(&shared(10, Duration::MAX, 1), &at(None, 1)).0 {
             Decision::Drain(budget) => {
-                assert!(crate::budget::Allowance::starting_now(budget).deadline.is_none(), "no deadline")
+                let now = tokio::time::Instant::now();
+                assert!(crate::budget::Allowance::from_drop(budget, now).deadline.is_none(), "no deadline")
             }
             Decision::Skip(r) => panic!("unexpected skip {r:?}"),
         }
@@ -461,34 +494,35 @@ mod tests {
     }
 
     #[test]
-    fn a_drain_runs_on_the_runtime_of_the_drop_else_on_the_layers_first() {
-        let id = |r: Result<Handle, Reason>| r.map(|h| h.id());
-        let shared = Shared::default();
-        assert_eq!(id(runtime(&shared)).err(), Some(Reason::NoRuntime), "no runtime anywhere");
-        let first = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        let second = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        first.block_on(async { shared.note_home() });
-        second.block_on(async { shared.note_home() });
-        assert_eq!(
-            id(runtime(&shared)),
-            Ok(first.handle().id()),
-            "outside any runtime: the first one served"
-        );
-        assert_eq!(
-            second.block_on(async { id(runtime(&shared)) }),
-            Ok(second.handle().id()),
-            "the drop's own"
-        );
+    fn a_drain_waits_on_the_runtime_of_its_response_then_on_the_runtime_of_the_drop() {
+        let id = |r: Result<(Handle, Option<Handle>), Reason>| r.map(|(h, f)| (h.id(), f.map(|f| f.id())));
+        let rt = || tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let (fetched, current) = (rt(), rt());
+        let (f, c) = (fetched.handle().clone(), current.handle().clone());
+        assert_eq!(id(runtimes(None, None)), Err(Reason::NoRuntime), "no runtime anywhere");
+        assert_eq!(id(runtimes(Some(f.clone()), Some(c.clone()))), Ok((f.id(), Some(c.id()))));
+        assert_eq!(id(runtimes(Some(f.clone()), Some(f.clone()))), Ok((f.id(), None)), "one runtime, once");
+        assert_eq!(id(runtimes(None, Some(c.clone()))), Ok((c.id(), None)), "fetched outside any runtime");
+        assert_eq!(id(runtimes(Some(f.clone()), None)), Ok((f.id(), None)), "dropped on a plain thread");
         let timerless = tokio::runtime::Builder::new_current_thread().build().unwrap();
-        found_no_time_driver(timerless.handle());
-        assert_eq!(timerless.block_on(async { id(runtime(&shared)) }), Err(Reason::NoTimeDriver));
+        let t = timerless.handle().clone();
+        found_no_time_driver(&t);
+        assert_eq!(id(runtimes(Some(t.clone()), Some(c.clone()))), Ok((c.id(), None)), "a timer is needed");
+        assert_eq!(id(runtimes(Some(t.clone()), None)), Err(Reason::NoTimeDriver));
     }
 
     #[test]
     fn unfinished_drains_name_their_cause() {
-        assert_eq!(unfinished(false, false), Reason::NoRuntime);
-        assert_eq!(unfinished(true, false), Reason::RuntimeShutdown);
-        assert_eq!(unfinished(true, true), Reason::BodyPanic);
+        assert_eq!(unfinished(false, false, false), Reason::NoRuntime);
+        assert_eq!(unfinished(false, false, true), Reason::CannotWait, "a drain that read is not a skip");
+        assert_eq!(unfinished(true, false, true), Reason::RuntimeShutdown);
+        assert_eq!(unfinished(true, true, false), Reason::BodyPanic);
+        assert_eq!(cannot_wait(Reason::Saturated, false), Reason::Saturated);
+        assert_eq!(cannot_wait(Reason::Saturated, true), Reason::CannotWait);
+        for reason in [Reason::Saturated, Reason::NoRuntime, Reason::NoTimeDriver] {
+            assert_eq!(reason.outcome(), crate::Outcome::Skipped);
+        }
+        assert_eq!(Reason::CannotWait.outcome(), crate::Outcome::Abandoned);
     }
 
     #[test]

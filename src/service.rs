@@ -3,20 +3,23 @@ use std::task::{Context, Poll};
 
 use http::{Request, Response};
 use http_body::Body;
-use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::body::DrainBody;
-use crate::future::{Nesting, RequestInfo, ResponseFuture};
-use crate::layer::{DrainOnDropLayer, Shared};
+use crate::future::ResponseFuture;
+use crate::request::RequestInfo;
+use crate::shared::Shared;
 use crate::stats::DrainStats;
 
 /// Middleware that drains response bodies dropped before their end, so the
-/// HTTP/1 connection goes back to the pool. Built by [`DrainOnDropLayer`].
+/// HTTP/1 connection goes back to the pool. Built by
+/// [`DrainOnDropLayer`](crate::DrainOnDropLayer).
 ///
 /// Responses come back with a [`DrainBody`] around the inner body; errors are
-/// the inner service's, unchanged. Stacked, the innermost `DrainOnDrop` owns
-/// a response's drain and outer ones pass it through.
+/// the inner service's, unchanged. A response drains once however it is
+/// wrapped: stacked, the innermost `DrainOnDrop` owns its drain and outer
+/// ones (and [`wrap_response`](crate::DrainOnDropLayer::wrap_response))
+/// pass it through.
 #[derive(Clone, Debug)]
 pub struct DrainOnDrop<S> {
     inner: S,
@@ -24,16 +27,6 @@ pub struct DrainOnDrop<S> {
 }
 
 impl<S> DrainOnDrop<S> {
-    /// Wraps `inner` with the default budgets (see [`DrainOnDropLayer::new`]).
-    pub fn new(inner: S) -> Self {
-        DrainOnDropLayer::new().layer(inner)
-    }
-
-    /// Returns a new [`DrainOnDropLayer`] with the default budgets.
-    pub fn layer() -> DrainOnDropLayer {
-        DrainOnDropLayer::new()
-    }
-
     pub(crate) fn from_shared(inner: S, shared: Arc<Shared>) -> Self {
         DrainOnDrop { inner, shared }
     }
@@ -75,6 +68,6 @@ where
 
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
         let request = RequestInfo::read(&self.shared, &req);
-        ResponseFuture::new(Nesting::enter(|| self.inner.call(req)), request)
+        ResponseFuture::new(self.inner.call(req), request)
     }
 }

@@ -251,11 +251,6 @@ impl DrainStats {
         }
     }
 
-    /// Drains holding a slot now (one load).
-    pub(crate) fn in_flight(&self) -> u64 {
-        self.counters.in_flight.load(Ordering::Relaxed)
-    }
-
     /// Takes one of `limit` drain slots, or `None` when all are taken.
     pub(crate) fn try_acquire(&self, limit: usize) -> Option<Slot> {
         let limit = u64::try_from(limit).unwrap_or(u64::MAX);

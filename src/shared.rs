@@ -1,0 +1,79 @@
+//! What one layer's services, responses and drains share: the settings, the
+//! counters and the adaptive origin table. Below everything else: the
+//! policy, the body and the drain read it; the layer builds it.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::adaptive::{self, Origins};
+use crate::budget::DrainBudget;
+use crate::stats::DrainStats;
+
+/// The layer's settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Config {
+    pub(crate) max_bytes: u64,
+    pub(crate) max_time: Duration,
+    pub(crate) max_concurrent_drains: usize,
+    /// Media types (lowercase, no parameters) of open-ended streams.
+    pub(crate) stream_types: Arc<[String]>,
+    /// Budgets follow per-origin estimates (see `adaptive.rs`).
+    pub(crate) adaptive: bool,
+    /// `max_bytes` / `max_time` were set by the user: in adaptive mode they
+    /// are the ceilings, otherwise the adaptive defaults are.
+    pub(crate) explicit_bytes: bool,
+    pub(crate) explicit_time: bool,
+}
+
+impl Config {
+    /// The fixed budgets.
+    pub(crate) fn budget(&self) -> DrainBudget {
+        DrainBudget::new(self.max_bytes, self.max_time)
+    }
+
+    /// The most an adaptive drain may spend.
+    pub(crate) fn ceiling(&self) -> DrainBudget {
+        DrainBudget::new(
+            if self.explicit_bytes { self.max_bytes } else { adaptive::DEFAULT_CEILING_BYTES },
+            if self.explicit_time { self.max_time } else { adaptive::DEFAULT_CEILING_TIME },
+        )
+    }
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            max_bytes: 256 * 1024,
+            max_time: Duration::from_millis(50),
+            max_concurrent_drains: 1024,
+            stream_types: Arc::from(vec!["text/event-stream".to_string()]),
+            adaptive: false,
+            explicit_bytes: false,
+            explicit_time: false,
+        }
+    }
+}
+
+/// What every service built from one layer, every body they return and
+/// every drain share, behind one `Arc`: cloned once per response, released
+/// when its body (or its drain) is done. Holds no runtime and nothing of a
+/// runtime, so a layer outliving its runtimes keeps none of them open.
+#[derive(Clone, Default)]
+pub(crate) struct Shared {
+    pub(crate) config: Config,
+    pub(crate) stats: DrainStats,
+    pub(crate) origins: Arc<Origins>,
+}
+
+impl fmt::Debug for Shared {
+    /// The settings and counters; origins by number only (their names are
+    /// hosts the user may not want in logs).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DrainOnDrop")
+            .field("config", &self.config)
+            .field("stats", &self.stats)
+            .field("origins", &self.origins.len())
+            .finish()
+    }
+}
