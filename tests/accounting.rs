@@ -179,7 +179,8 @@ impl Body for PanickingBody {
 #[test]
 fn a_body_that_panics_while_drained_counts_body_panic() {
     let rt = runtime(2);
-    let layer = DrainOnDropLayer::new();
+    // Seconds: printing a panic's backtrace can hold a worker longer than 50 ms.
+    let layer = DrainOnDropLayer::new().max_time(Duration::from_secs(30));
     let stats = layer.stats();
     let mut svc = ServiceBuilder::new().layer(layer).service(tower::service_fn(|_: Request<()>| async {
         Ok::<_, Infallible>(Response::builder().header("content-length", 10).body(PanickingBody).unwrap())

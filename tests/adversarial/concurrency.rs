@@ -17,7 +17,11 @@ fn stalled(_: &Head) -> Vec<Step> {
 }
 
 /// 50 callers drop stalled bodies at the same moment with a cap of 4: four
-/// drains run (and end on time), the other 46 drops are skipped at once.
+/// drains run (and end on time), the other 46 are refused by the cap at
+/// once. Each drop first reads what hyper already holds of its body (512
+/// bytes, sent with the head): a refused drop that read them gave a drain up
+/// (`cannot_wait`), one that found nothing yet is skipped (`saturated`) and
+/// read nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cap_of_4_drains_holds_under_50_simultaneous_early_drops() {
     const CALLERS: usize = 50;
@@ -47,10 +51,20 @@ async fn cap_of_4_drains_holds_under_50_simultaneous_early_drops() {
     let s = rig.stats.snapshot();
     assert!(max_seen <= CAP as u64, "in_flight never exceeds the cap of {CAP}: saw {max_seen}");
     assert_eq!(max_seen, CAP as u64, "the cap is reached: saw {max_seen}");
+    let refused_after_reading = s.count(Reason::CannotWait);
     assert_eq!(
         counted(&s),
-        Counted::of(&[(Reason::OverTime, CAP as u64), (Reason::Saturated, (CALLERS - CAP) as u64)]),
-        "{CAP} drains ran out of time, the rest were skipped because the cap was reached: {s:?}"
+        Counted::of(&[
+            (Reason::OverTime, CAP as u64),
+            (Reason::CannotWait, refused_after_reading),
+            (Reason::Saturated, (CALLERS - CAP) as u64 - refused_after_reading),
+        ]),
+        "{CAP} drains ran out of time, the cap refused the rest: {s:?}"
+    );
+    assert_eq!(
+        s.bytes_drained,
+        512 * (CAP as u64 + refused_after_reading),
+        "a drop refused before it read anything read nothing: {s:?}"
     );
     rig.wait_server_closed("every stalled connection to be closed").await;
 }

@@ -192,10 +192,11 @@ impl Counted {
         Counted::default()
     }
 
-    /// Exactly these early drops, each total the sum of its reasons.
+    /// Exactly these early drops, each total the sum of its reasons (a
+    /// reason listed with 0 is not expected).
     pub(crate) fn of(reasons: &[(Reason, u64)]) -> Counted {
         let mut c = Counted::nothing();
-        for &(reason, n) in reasons {
+        for &(reason, n) in reasons.iter().filter(|&&(_, n)| n > 0) {
             match reason.outcome() {
                 Outcome::Drained => c.drained += n,
                 Outcome::Abandoned => c.abandoned += n,

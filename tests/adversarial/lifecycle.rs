@@ -184,8 +184,11 @@ enum Shutdown {
 ///
 /// The running drains are dropped with the runtime: abandoned
 /// (`RuntimeShutdown`). The held bodies are dropped while the runtime tears
-/// its tasks down, when it no longer accepts new ones: their drains cannot
-/// start, so they are skipped (`NoRuntime`).
+/// its tasks down, when it no longer accepts new ones, and the thread
+/// dropping them has no runtime of its own: each drop reads what hyper
+/// already holds of its body (a failed read if the runtime already dropped
+/// that connection's task: `body_error`), and the drain cannot wait for the
+/// rest (`cannot_wait`, having read; `no_runtime` if it found nothing).
 fn shut_down_while_draining(flavor: Flavor, shutdown: Shutdown) {
     const N: usize = 10;
     const HELD: usize = 5;
@@ -238,12 +241,18 @@ fn shut_down_while_draining(flavor: Flavor, shutdown: Shutdown) {
     assert!(took < SLACK, "{what}: the shutdown did not wait for the 30 s drains, took {took:?}");
     wait_blocking("every drain to be dropped with its runtime", SLACK, || stats.snapshot().in_flight == 0);
     let s = stats.snapshot();
+    let held = [Reason::CannotWait, Reason::NoRuntime, Reason::BodyError].map(|r| (r, s.count(r)));
     assert_eq!(
         counted(&s),
-        Counted::of(&[(Reason::RuntimeShutdown, N as u64), (Reason::NoRuntime, HELD as u64)]),
+        Counted::of(&[&[(Reason::RuntimeShutdown, N as u64)][..], &held].concat()),
         "{what}: every early drop counted once: running drains abandoned, bodies \
-         dropped during the teardown skipped (shutdown took {took:?}): {s:?}"
+         dropped during the teardown could not wait (shutdown took {took:?}): {s:?}"
     );
+    assert_eq!(held.iter().map(|(_, n)| n).sum::<u64>(), HELD as u64, "{what}: {s:?}");
+    // 100 bytes arrive with each head; a failed read may have read them first.
+    let read = 100 * (N as u64 + s.count(Reason::CannotWait));
+    let bound = read + 100 * s.count(Reason::BodyError);
+    assert!((read..=bound).contains(&s.bytes_drained), "{what}: no_runtime read nothing: {s:?}");
     let open = server.open.clone();
     wait_blocking("the server to see every connection closed", SLACK, || open.load(Ordering::SeqCst) == 0);
     drop(server);
@@ -277,8 +286,9 @@ fn fetch_on(rt: &Runtime, uri: http::Uri, layer: DrainOnDropLayer) -> (Svc, Res)
 }
 
 /// The response arrived on a current-thread runtime that nobody drives any
-/// more: the drain is spawned there and waits. It is counted when that
-/// runtime runs again (drained) or is dropped (skipped: it never ran).
+/// more: the drain reads in the drop what hyper holds, then is spawned there
+/// and waits. It is counted when that runtime runs again (drained) or is
+/// dropped (`cannot_wait`: it had read, and never ran).
 #[test]
 fn body_dropped_outside_an_idle_current_thread_runtime_waits_for_that_runtime() {
     let server_rt = server_runtime();
@@ -298,8 +308,8 @@ fn body_dropped_outside_an_idle_current_thread_runtime_waits_for_that_runtime() 
     drop(rt);
     assert_eq!(
         counted(&stats.snapshot()),
-        Counted::one(Reason::NoRuntime),
-        "the runtime went away before the drain ran: skipped"
+        Counted::one(Reason::CannotWait),
+        "the runtime went away before the drain ran, and this thread has none"
     );
     drop(svc);
 
@@ -320,10 +330,11 @@ fn body_dropped_outside_an_idle_current_thread_runtime_waits_for_that_runtime() 
     drop(rt);
 }
 
-/// The runtime the response arrived on is gone: the drop cannot spawn, never
-/// panics, and counts a skip at once.
+/// The runtime the response arrived on is gone, and with it hyper's task for
+/// the connection: the read in the drop fails, is counted at once as a body
+/// error, and nothing panics or is spawned.
 #[test]
-fn body_dropped_after_its_runtime_shut_down_is_skipped() {
+fn body_dropped_after_its_runtime_shut_down_counts_the_failed_read() {
     let server_rt = server_runtime();
     let server = server_rt.block_on(RawServer::start(|_| content_length(1, 8 * KIB)));
     for flavor in [Flavor::CurrentThread, Flavor::MultiThread] {
@@ -335,8 +346,8 @@ fn body_dropped_after_its_runtime_shut_down_is_skipped() {
         drop(res);
         assert_eq!(
             counted(&stats.snapshot()),
-            Counted::one(Reason::NoRuntime),
-            "{flavor:?}: skipped in the drop itself"
+            Counted::one(Reason::BodyError),
+            "{flavor:?}: counted in the drop itself"
         );
         drop(svc);
     }
@@ -381,11 +392,13 @@ impl http_body::Body for Waits {
 
 /// Responses produced with no runtime around at all (an inner service that
 /// is not hyper's client, polled by hand), both framed (`Content-Length`),
-/// so that nothing but the missing runtime stands in the way of a drain: a
-/// body whose rest is in memory is drained in the drop, which needs no
-/// runtime; one that would have to wait is skipped (`no_runtime`). No panic.
+/// so that nothing but the missing runtime stands in the way of a drain. A
+/// body that is not hyper's own is never read in the drop (its code could
+/// block or take a lock the caller holds), even one whose rest is in
+/// memory: with no runtime to drain it on, both are skipped (`no_runtime`),
+/// having read nothing. No panic.
 #[test]
-fn with_no_runtime_anywhere_only_what_is_buffered_is_drained() {
+fn with_no_runtime_anywhere_other_bodies_are_skipped_unread() {
     fn polled_by_hand<B: http_body::Body + Send + Unpin + 'static>(
         body: impl Fn() -> B + Send + Clone + 'static,
     ) -> DrainStats {
@@ -404,8 +417,8 @@ fn with_no_runtime_anywhere_only_what_is_buffered_is_drained() {
         stats
     }
     let buffered = polled_by_hand(|| Full::new(Bytes::from_static(b"0123456789")));
-    assert_eq!(counted(&buffered.snapshot()), Counted::drained(1), "drained in the drop");
-    assert_eq!(buffered.snapshot().bytes_drained, 10);
+    assert_eq!(counted(&buffered.snapshot()), Counted::one(Reason::NoRuntime), "not read in the drop");
+    assert_eq!(buffered.snapshot().bytes_drained, 0);
     let waits = polled_by_hand(|| Waits);
     assert_eq!(counted(&waits.snapshot()), Counted::one(Reason::NoRuntime), "no runtime to wait on");
 }
@@ -548,13 +561,12 @@ async fn server_closing_as_the_next_request_arrives_fails_that_request() {
     rig.next_is_clean(1).await;
 }
 
-/// A body dropped inside another runtime drains on that runtime, as a task
-/// spawned in its drop would. While that runtime runs, the drain ends there
-/// (drained). A runtime dropped right after the drop takes the drain with
-/// it: counted once (`no_runtime`: it never ran), and the connection closes
-/// rather than going back to the pool half read; nothing hangs or panics.
+/// A body dropped inside another runtime drains on the runtime it arrived
+/// on, while that one runs: dropping the other runtime at once changes
+/// nothing. When the runtime it arrived on is gone, it drains on the one
+/// current at the drop.
 #[test]
-fn body_dropped_inside_another_runtime_drains_on_that_runtime() {
+fn body_dropped_inside_another_runtime_drains_on_the_runtime_it_arrived_on() {
     let server_rt = server_runtime();
     let server = server_rt.block_on(RawServer::start(|_| {
         // The rest of the body comes 50 ms later: the drain has to wait.
@@ -564,40 +576,35 @@ fn body_dropped_inside_another_runtime_drains_on_that_runtime() {
             Step::Write(body_bytes(1, 8 * KIB)[KIB..].to_vec()),
         ]
     }));
-    let home = runtime(Flavor::MultiThread);
-
-    // The other runtime runs until the drain ends: drained there.
-    let layer = DrainOnDropLayer::new().max_time(GENEROUS);
-    let stats = layer.stats();
-    let (svc, res) = fetch_on(&home, server.uri("/"), layer);
-    let other = runtime(Flavor::CurrentThread);
-    let s2 = stats.clone();
-    other.block_on(async move {
-        drop(res);
-        wait_for("the drain to end", GENEROUS + SLACK, || s2.snapshot().in_flight == 0).await;
-    });
-    let s = stats.snapshot();
-    assert_eq!(counted(&s), Counted::drained(1), "{s:?}");
-    assert_eq!(s.bytes_drained, 8 * KIB as u64);
-    drop((svc, other));
     let open = server.open.clone();
-    wait_blocking("the pooled connection to close with its client", SLACK, || {
-        open.load(Ordering::SeqCst) == 0
-    });
 
-    // The other runtime is dropped at once: counted once, connection closed.
+    // The other runtime is dropped at once: the drain runs on its own.
+    let home = runtime(Flavor::MultiThread);
     let layer = DrainOnDropLayer::new().max_time(GENEROUS);
     let stats = layer.stats();
     let (svc, res) = fetch_on(&home, server.uri("/"), layer);
     let other = runtime(Flavor::CurrentThread);
     other.block_on(async move { drop(res) });
     drop(other);
-    assert_eq!(
-        counted(&stats.snapshot()),
-        Counted::one(Reason::NoRuntime),
-        "dropped with its runtime, unrun"
-    );
-    wait_blocking("the half-read connection to close", SLACK, || open.load(Ordering::SeqCst) == 0);
+    wait_blocking("the drain to end", GENEROUS + SLACK, || stats.snapshot().in_flight == 0);
+    let s = stats.snapshot();
+    assert_eq!(counted(&s), Counted::drained(1), "drained on the runtime it arrived on: {s:?}");
+    assert_eq!(s.bytes_drained, 8 * KIB as u64);
     drop(svc);
     drop(home);
+    wait_blocking("every connection to close with its runtime", SLACK, || open.load(Ordering::SeqCst) == 0);
+
+    // The runtime it arrived on is gone before the drop: hyper's connection
+    // went with it, so there is nothing left to drain; counted once, no hang.
+    let home = runtime(Flavor::MultiThread);
+    let layer = DrainOnDropLayer::new().max_time(GENEROUS);
+    let stats = layer.stats();
+    let (svc, res) = fetch_on(&home, server.uri("/"), layer);
+    drop(home);
+    let other = runtime(Flavor::CurrentThread);
+    other.block_on(async move { drop(res) });
+    let s = stats.snapshot();
+    assert_eq!((s.in_flight, s.drained + s.abandoned + s.skipped + s.failed), (0, 1), "{s:?}");
+    drop((svc, other));
+    wait_blocking("the half-read connection to close", SLACK, || open.load(Ordering::SeqCst) == 0);
 }

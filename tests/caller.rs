@@ -1,0 +1,448 @@
+//! Dropping a response never hurts the caller: `drop(response)` reads no
+//! foreign body and waits for nothing, the time budget is a hard bound, a
+//! response drains once however it was wrapped, drains wait on the runtime
+//! their response arrived on, and every drop is counted under a reason that
+//! says what happened (a skipped drop read nothing).
+//!
+//! Runtimes are built by hand where the test is about them; servers run on
+//! a runtime of their own so that the one under test can go away.
+
+mod support;
+
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, LazyLock, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use drain_on_drop::{DrainOnDropLayer, DrainSnapshot, DrainStats, Outcome, Reason};
+use http::{Request, Response};
+use http_body::{Body, Frame, SizeHint};
+use tokio::runtime::{Builder, Runtime};
+use tower::{Layer, Service, ServiceBuilder, ServiceExt};
+
+use support::*;
+
+/// A time budget no honest drain here reaches.
+const SECONDS: Duration = Duration::from_secs(30);
+
+fn current_thread() -> Runtime {
+    Builder::new_current_thread().enable_all().build().unwrap()
+}
+
+fn multi_thread() -> Runtime {
+    Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
+}
+
+/// Runs `f` on a thread of its own and waits for it at most `SLACK`: a drop
+/// that deadlocks fails the test instead of hanging it.
+fn returns_within_slack(what: &str, f: impl FnOnce() + Send + 'static) {
+    let (done, finished) = mpsc::channel();
+    std::thread::spawn(move || {
+        f();
+        let _ = done.send(());
+    });
+    finished.recv_timeout(SLACK).unwrap_or_else(|_| panic!("{what}: never returned"));
+}
+
+/// The only outcome counted so far, with every count.
+fn only(s: &DrainSnapshot) -> Vec<(Reason, u64)> {
+    s.iter().filter(|(_, n)| *n > 0).collect()
+}
+
+/// Waits on a plain thread until no drain runs.
+fn settled(stats: &DrainStats) -> DrainSnapshot {
+    wait_blocking("every drain to end", SECONDS + SLACK, || stats.snapshot().in_flight == 0);
+    stats.snapshot()
+}
+
+/// `Content-Length: 8 KiB`: 1 KiB with the head, the rest 50 ms later, so a
+/// drain of it has to wait for the server.
+fn rest_comes_later(_: &Head) -> Vec<Step> {
+    vec![
+        Step::Write([cl_head(8 * KIB), body_bytes(1, KIB)].concat()),
+        Step::Sleep(Duration::from_millis(50)),
+        Step::Write(body_bytes(1, 8 * KIB)[KIB..].to_vec()),
+    ]
+}
+
+/// `Content-Length: 4096`: 512 bytes with the head, then nothing until the
+/// test ends: a drain of it ends only on its time budget.
+fn stalls(_: &Head) -> Vec<Step> {
+    vec![Step::Write([cl_head(4096), body_bytes(0, 512)].concat()), Step::Hang]
+}
+
+fn cl_head(len: usize) -> Vec<u8> {
+    format!("HTTP/1.1 200 OK\r\ncontent-length: {len}\r\n\r\n").into_bytes()
+}
+
+/// A raw server on a multi-thread runtime of its own.
+fn server_on_its_own(script: fn(&Head) -> Vec<Step>) -> (Runtime, RawServer) {
+    let rt = multi_thread();
+    let server = rt.block_on(RawServer::start(script));
+    (rt, server)
+}
+
+// Why 2: the runtime that fetched the response.
+
+static SHARED_LAYER: LazyLock<DrainOnDropLayer> = LazyLock::new(|| DrainOnDropLayer::new().max_time(SECONDS));
+
+/// A layer in a static outlives the runtime it first served. A body fetched
+/// on a later, live runtime and dropped on a plain thread drains on the
+/// runtime it arrived on.
+#[test]
+fn a_body_dropped_on_a_plain_thread_drains_on_the_live_runtime_it_arrived_on() {
+    let (_server_rt, server) = server_on_its_own(rest_comes_later);
+    let stats = SHARED_LAYER.stats();
+    let first = current_thread();
+    first.block_on(async {
+        let mut svc = SHARED_LAYER.layer(client().0);
+        let res = svc.ready().await.unwrap().call(get(server.uri("/"))).await.unwrap();
+        read_all(res.into_body()).await.unwrap();
+    });
+    drop(first);
+    let second = multi_thread();
+    let (svc, res) = second.block_on(async {
+        let mut svc = SHARED_LAYER.layer(client().0);
+        let res = svc.ready().await.unwrap().call(get(server.uri("/"))).await.unwrap();
+        (svc, res)
+    });
+    std::thread::spawn(move || drop(res)).join().unwrap();
+    let s = settled(&stats);
+    assert_eq!(only(&s), [(Reason::EndOfBody, 1)], "drained on the runtime it arrived on: {s:?}");
+    assert_eq!(s.bytes_drained, 8 * KIB as u64);
+    drop(svc);
+}
+
+/// One client and layer in statics, used from one short-lived runtime after
+/// another (a test suite's `#[tokio::test]`s): every runtime's drops drain.
+#[test]
+fn a_static_client_serves_one_short_lived_runtime_after_another() {
+    static CLIENT: LazyLock<Mutex<Option<TestClient>>> = LazyLock::new(|| Mutex::new(None));
+    let (_server_rt, server) = server_on_its_own(rest_comes_later);
+    let layer = DrainOnDropLayer::new().max_time(SECONDS);
+    let stats = layer.stats();
+    for round in 1..=3u64 {
+        let rt = current_thread();
+        rt.block_on(async {
+            let client = CLIENT.lock().unwrap().get_or_insert_with(|| client().0).clone();
+            let mut svc = layer.layer(client);
+            for _ in 0..3 {
+                drop_unread(&mut svc, get(server.uri("/"))).await;
+                settle(&stats, SECONDS).await;
+            }
+        });
+        let s = stats.snapshot();
+        assert_eq!(only(&s), [(Reason::EndOfBody, 3 * round)], "round {round}: {s:?}");
+    }
+}
+
+// Why 3: no foreign code on the caller's thread.
+
+/// A body below the layer that takes `lock` for every frame: 100 frames of
+/// 10 bytes, then its end.
+struct Locking {
+    lock: Arc<Mutex<()>>,
+    left: usize,
+}
+
+impl Body for Locking {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        let this = self.get_mut();
+        let _held = this.lock.lock().unwrap();
+        if this.left == 0 {
+            return Poll::Ready(None);
+        }
+        this.left -= 1;
+        Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(b"0123456789")))))
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::with_exact(10 * self.left as u64)
+    }
+}
+
+/// A service answering every request with `body()`, `Content-Length` set.
+fn serving<B, F>(
+    len: u64,
+    body: F,
+) -> impl Service<Request<()>, Response = Response<B>, Error = Infallible> + Clone
+where
+    F: Fn() -> B + Clone + Send + 'static,
+    B: Send + 'static,
+{
+    tower::service_fn(move |_: Request<()>| {
+        let res = Response::builder().header("content-length", len).body(body()).unwrap();
+        async move { Ok::<_, Infallible>(res) }
+    })
+}
+
+/// The caller holds the lock the body takes for every frame while it drops
+/// the response: the drop returns (it reads no frame of a body that is not
+/// hyper's), and the drain runs once the lock is free, on the runtime the
+/// response arrived on. Both on a plain thread and inside the runtime.
+#[test]
+fn dropping_a_body_whose_frames_take_a_lock_the_caller_holds_returns() {
+    for inside_the_runtime in [false, true] {
+        let what = if inside_the_runtime { "inside the runtime" } else { "on a plain thread" };
+        let lock = Arc::new(Mutex::new(()));
+        let layer = DrainOnDropLayer::new().max_time(SECONDS);
+        let stats = layer.stats();
+        let rt = Arc::new(multi_thread());
+        let body = {
+            let lock = lock.clone();
+            move || Locking { lock: lock.clone(), left: 100 }
+        };
+        let mut svc = layer.layer(serving(1000, body));
+        let res = rt.block_on(async { svc.ready().await.unwrap().call(Request::new(())).await.unwrap() });
+        let (rt2, lock2) = (rt.clone(), lock.clone());
+        returns_within_slack(what, move || {
+            let held = lock2.lock().unwrap();
+            if inside_the_runtime {
+                rt2.block_on(async move { drop(res) });
+            } else {
+                drop(res);
+            }
+            drop(held);
+        });
+        let s = settled(&stats);
+        assert_eq!(only(&s), [(Reason::EndOfBody, 1)], "{what}: drained on the runtime once free: {s:?}");
+        assert_eq!(s.bytes_drained, 1000, "{what}");
+    }
+}
+
+// Why 4: a hard time budget.
+
+/// A body below the layer whose every frame costs 5 ms of the thread's
+/// time (a decoder, say), and never ends.
+struct Costly {
+    frames: Arc<AtomicUsize>,
+}
+
+impl Body for Costly {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        std::thread::sleep(Duration::from_millis(5));
+        self.frames.fetch_add(1, Ordering::SeqCst);
+        Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(b"0123456789")))))
+    }
+}
+
+/// The deadline is checked before every frame and counts from the drop: a
+/// drain of 5 ms frames under a 50 ms budget reads at most 10 of them
+/// (frame k starts at least 5k ms after the drop) before `over_time`,
+/// whoever reads them and however slow the machine (a slow one reads fewer).
+#[test]
+fn the_time_budget_bounds_a_drain_to_one_frame_past_it() {
+    let frames = Arc::new(AtomicUsize::new(0));
+    let layer = DrainOnDropLayer::new().max_bytes(u64::MAX).max_time(Duration::from_millis(50));
+    let stats = layer.stats();
+    let rt = multi_thread();
+    let body = {
+        let frames = frames.clone();
+        move || Costly { frames: frames.clone() }
+    };
+    let chunked = tower::service_fn(move |_: Request<()>| {
+        let res = Response::builder().header("transfer-encoding", "chunked").body(body()).unwrap();
+        async move { Ok::<_, Infallible>(res) }
+    });
+    let mut svc = layer.layer(chunked);
+    rt.block_on(async {
+        drop(svc.ready().await.unwrap().call(Request::new(())).await.unwrap());
+        settle(&stats, SECONDS).await;
+    });
+    let s = stats.snapshot();
+    assert_eq!(only(&s), [(Reason::OverTime, 1)], "{s:?}");
+    let read = frames.load(Ordering::SeqCst);
+    assert!(read <= 11, "at most 50 ms / 5 ms + 1 frames read: {read}");
+}
+
+// Why 5: one drain per response.
+
+/// Every way of wrapping one response twice: the layer's service and then
+/// `wrap_response`, `wrap_response` twice, two layers, two layers with a
+/// `Buffer` (another task) between them. Each stalled body is counted once
+/// (one `over_time`), and read once (512 bytes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_response_drains_once_however_it_was_wrapped() {
+    let server = RawServer::start(stalls).await;
+    let max_time = Duration::from_millis(300);
+    let once = |stats: &[&DrainStats], how: &str| {
+        let totals: Vec<_> = stats.iter().map(|s| s.snapshot()).collect();
+        let over_time: u64 = totals.iter().map(|s| s.count(Reason::OverTime)).sum();
+        let counted: u64 = totals.iter().map(|s| s.drained + s.abandoned + s.skipped + s.failed).sum();
+        let bytes: u64 = totals.iter().map(|s| s.bytes_drained).sum();
+        assert_eq!((counted, over_time, bytes), (1, 1, 512), "{how}: one drain: {totals:?}");
+    };
+
+    let layer = DrainOnDropLayer::new().max_time(max_time);
+    let stats = layer.stats();
+    let mut svc = layer.clone().layer(client().0);
+    let res = svc.ready().await.unwrap().call(get(server.uri("/"))).await.unwrap();
+    drop(layer.wrap_response(res));
+    settle(&stats, max_time).await;
+    once(&[&stats], "the layer's service, then wrap_response");
+
+    let layer = DrainOnDropLayer::new().max_time(max_time);
+    let stats = layer.stats();
+    let mut bare = client().0;
+    let res = bare.ready().await.unwrap().call(get(server.uri("/"))).await.unwrap();
+    drop(layer.wrap_response(layer.wrap_response(res)));
+    settle(&stats, max_time).await;
+    once(&[&stats], "wrap_response twice");
+
+    let (outer, inner) =
+        (DrainOnDropLayer::new().max_time(max_time), DrainOnDropLayer::new().max_time(max_time));
+    let (outer_stats, inner_stats) = (outer.stats(), inner.stats());
+    let mut svc = ServiceBuilder::new().layer(outer.clone()).layer(inner.clone()).service(client().0);
+    drop(svc.ready().await.unwrap().call(get(server.uri("/"))).await.unwrap());
+    settle(&inner_stats, max_time).await;
+    once(&[&outer_stats, &inner_stats], "two layers");
+    assert_eq!(inner_stats.snapshot().count(Reason::OverTime), 1, "the innermost owns the drain");
+
+    let (outer, inner) =
+        (DrainOnDropLayer::new().max_time(max_time), DrainOnDropLayer::new().max_time(max_time));
+    let (outer_stats, inner_stats) = (outer.stats(), inner.stats());
+    let mut svc = ServiceBuilder::new().layer(outer).buffer(4).layer(inner).service(client().0);
+    drop(svc.ready().await.unwrap().call(get(server.uri("/"))).await.unwrap());
+    settle(&inner_stats, max_time).await;
+    once(&[&outer_stats, &inner_stats], "two layers with a Buffer between them");
+}
+
+// Why 6: reasons that are true.
+
+/// A chunked body whose first chunk size is malformed, sent with the head:
+/// hyper has the error ready for the first read.
+fn malformed(_: &Head) -> Vec<Step> {
+    vec![Step::Write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n".to_vec()), Step::Hang]
+}
+
+/// A body that fails when the layer reads it counts `body_error`, wherever
+/// it was dropped: on a plain thread after the runtime it arrived on ended,
+/// and while the cap on running drains is reached.
+#[test]
+fn a_body_that_fails_when_read_counts_body_error_wherever_it_was_dropped() {
+    let (_server_rt, server) = server_on_its_own(malformed);
+    let layer = DrainOnDropLayer::new().max_time(SECONDS);
+    let stats = layer.stats();
+    let rt = current_thread();
+    let (svc, res) = rt.block_on(async {
+        let mut svc = layer.layer(client().0);
+        let res = svc.ready().await.unwrap().call(get(server.uri("/"))).await.unwrap();
+        (svc, res)
+    });
+    drop(rt);
+    assert!(tokio::runtime::Handle::try_current().is_err(), "this thread has no runtime");
+    drop(res);
+    assert_eq!(only(&stats.snapshot()), [(Reason::BodyError, 1)], "plain thread, runtime gone");
+    drop(svc);
+
+    let (_stall_rt, stalling) = server_on_its_own(stalls);
+    let layer = DrainOnDropLayer::new().max_time(SECONDS).max_concurrent_drains(1);
+    let stats = layer.stats();
+    // Current-thread: hyper's connection task has read the malformed chunk
+    // size before the caller runs again.
+    current_thread().block_on(async {
+        let mut svc = layer.layer(client().0);
+        // Takes the only slot until the test ends.
+        drop_unread(&mut svc, get(stalling.uri("/"))).await;
+        wait_for("the stalled drain to take the slot", SLACK, || stats.snapshot().in_flight == 1).await;
+        let res = svc.ready().await.unwrap().call(get(server.uri("/"))).await.unwrap();
+        drop(res);
+        let s = stats.snapshot();
+        assert_eq!(only(&s), [(Reason::BodyError, 1)], "cap reached: {s:?}");
+        assert_eq!(s.in_flight, 1);
+    });
+}
+
+/// A body whose rest hyper already holds ends in the drop and takes no slot:
+/// the cap, reached, does not refuse it.
+#[test]
+fn a_body_that_ends_in_the_drop_is_never_refused_by_the_cap() {
+    let (_stall_rt, stalling) = server_on_its_own(stalls);
+    let (_server_rt, small) = server_on_its_own(|_| content_length(1, KIB));
+    let layer = DrainOnDropLayer::new().max_time(SECONDS).max_concurrent_drains(1);
+    let stats = layer.stats();
+    current_thread().block_on(async {
+        let mut svc = layer.layer(client().0);
+        drop_unread(&mut svc, get(stalling.uri("/"))).await;
+        wait_for("the stalled drain to take the slot", SLACK, || stats.snapshot().in_flight == 1).await;
+        // The head and body come in one write; on a current-thread runtime
+        // hyper's connection task has passed the body on before the caller
+        // runs again.
+        let res = svc.ready().await.unwrap().call(get(small.uri("/"))).await.unwrap();
+        drop(res);
+        let s = stats.snapshot();
+        assert_eq!(only(&s), [(Reason::EndOfBody, 1)], "drained in the drop, cap or not: {s:?}");
+        assert_eq!(s.bytes_drained, KIB as u64, "the stalled drain counts when it ends: {s:?}");
+    });
+}
+
+/// A body dropped while its thread unwinds from a panic is counted once,
+/// as `unwinding`, having read nothing; the panic goes on as it would.
+#[test]
+fn a_drop_during_a_panic_is_counted_once_as_unwinding() {
+    let (_server_rt, server) = server_on_its_own(|_| content_length(1, KIB));
+    let layer = DrainOnDropLayer::new().max_time(SECONDS);
+    let stats = layer.stats();
+    let rt = multi_thread();
+    let (svc, res) = rt.block_on(async {
+        let mut svc = layer.layer(client().0);
+        let res = svc.ready().await.unwrap().call(get(server.uri("/"))).await.unwrap();
+        (svc, res)
+    });
+    let panicked = std::thread::spawn(move || {
+        let _res = res;
+        panic!("the caller panics holding the response");
+    })
+    .join();
+    assert!(panicked.is_err(), "the panic is the caller's");
+    let s = settled(&stats);
+    assert_eq!(only(&s), [(Reason::Unwinding, 1)], "{s:?}");
+    assert_eq!(s.bytes_drained, 0);
+    drop(svc);
+}
+
+/// A body in memory (100 frames of 10 bytes) that is not hyper's is never
+/// read in the drop: with no runtime anywhere it is skipped unread
+/// (`no_runtime`); fetched on a runtime that still runs, it drains there.
+#[test]
+fn a_body_in_memory_drains_on_a_runtime_and_is_skipped_unread_without_one() {
+    let lock = Arc::new(Mutex::new(()));
+    let body = move || Locking { lock: lock.clone(), left: 100 };
+
+    let layer = DrainOnDropLayer::new().max_time(SECONDS);
+    let stats = layer.stats();
+    let mut svc = layer.layer(serving(1000, body.clone()));
+    let mut call = std::pin::pin!(svc.call(Request::new(())));
+    let Poll::Ready(Ok(res)) = call.as_mut().poll(&mut Context::from_waker(std::task::Waker::noop())) else {
+        panic!("a service_fn answers at once");
+    };
+    drop(res);
+    let s = stats.snapshot();
+    assert_eq!((only(&s), s.bytes_drained), (vec![(Reason::NoRuntime, 1)], 0), "{s:?}");
+    assert_eq!(s.total(Outcome::Skipped), 1);
+
+    let layer = DrainOnDropLayer::new().max_time(SECONDS);
+    let stats = layer.stats();
+    let rt = multi_thread();
+    let mut svc = layer.layer(serving(1000, body));
+    let res = rt.block_on(async { svc.ready().await.unwrap().call(Request::new(())).await.unwrap() });
+    drop(res);
+    let s = settled(&stats);
+    assert_eq!((only(&s), s.bytes_drained), (vec![(Reason::EndOfBody, 1)], 1000), "{s:?}");
+}
