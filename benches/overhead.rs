@@ -280,7 +280,13 @@ const IN_MEMORY_BLOCK: u32 = 20_000;
 /// every block) on one current-thread runtime; returns the median ns per
 /// call of each and, per block pair, of `layered − bare` (and its IQR) and
 /// of `layered / bare`.
-fn paired_in_memory<A, B>(blocks: usize, mut bare: A, mut layered: B, stats: &DrainStats, read: Read) -> [f64; 6]
+fn paired_in_memory<A, B>(
+    blocks: usize,
+    mut bare: A,
+    mut layered: B,
+    stats: &DrainStats,
+    read: Read,
+) -> [f64; 6]
 where
     A: Service<Request<()>, Response = Response<Full<Bytes>>, Error = Infallible>,
     B: Service<Request<()>, Response = Response<DrainBody<Full<Bytes>>>, Error = Infallible>,

@@ -50,6 +50,7 @@ fn modules_form_no_import_circle() {
 
 #[test]
 fn nothing_below_the_layer_uses_it() {
-    let users: Vec<_> = imports().into_iter().filter(|(_, deps)| deps.contains("layer")).map(|(m, _)| m).collect();
+    let users: Vec<_> =
+        imports().into_iter().filter(|(_, deps)| deps.contains("layer")).map(|(m, _)| m).collect();
     assert!(users.is_empty(), "only lib.rs may use layer.rs; used by {users:?}");
 }
