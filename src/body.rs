@@ -65,8 +65,13 @@ where
             request.shared.stats.response(conn.reused);
         }
         let origin = request.origin;
-        if let (Some(origin), Some(conn)) = (&origin, reuse) {
-            origin.record_connection(conn.reused, conn.setup_time);
+        if let Some(origin) = &origin {
+            if let Some(sent_at) = request.sent_at {
+                origin.record_head(sent_at.elapsed());
+            }
+            if let Some(conn) = reuse {
+                origin.record_connection(conn.reused, conn.setup_time);
+            }
         }
         // Nothing is left to drain (HEAD, 204, 304, `Content-Length: 0`): no
         // state, nothing at the drop.
@@ -90,6 +95,7 @@ where
             caller_read: 0,
             trace: request.trace,
             origin,
+            warm: reuse.is_some_and(|conn| conn.reused),
             runtime: Handle::try_current().ok(),
         };
         let armed = Armed { ctx, run: early_drop::<B> };
@@ -118,14 +124,16 @@ where
         request_budget: ctx.budget,
         origin: ctx.origin.as_deref(),
         remaining: inner.size_hint(),
+        read: ctx.caller_read,
         unwinding: std::thread::panicking(),
     };
-    let (decision, adaptive_budget) = policy::decide(&ctx.shared, &at);
+    let (decision, decided_with) = policy::decide(&ctx.shared, &at);
     let view = ctx
         .origin
         .as_ref()
+        .zip(decided_with)
         .filter(|_| tracing::enabled!(target: "drain_on_drop", tracing::Level::DEBUG))
-        .map(|o| o.view(adaptive_budget));
+        .map(|(o, budget)| o.view(budget));
     match decision {
         Decision::Drain(budget) => drain::start(inner, budget, ctx, view),
         Decision::Skip(reason) => {

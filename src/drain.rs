@@ -25,12 +25,12 @@ use http_body::Body;
 use tokio::runtime::Handle;
 use tokio::time::{Instant, Sleep};
 
-use crate::adaptive::Origin;
 use crate::budget::{Allowance, DrainBudget};
+use crate::origin::Origin;
 use crate::outcome::Reason;
 use crate::policy;
 use crate::shared::Shared;
-use crate::stats::{AdaptiveView, Report, Slot, Trace};
+use crate::stats::{OriginView, Report, Slot, Trace};
 
 /// Everything known about a response when its body is dropped early:
 /// captured when the response arrived, and the working state of its drain.
@@ -44,8 +44,11 @@ pub(crate) struct DropContext {
     /// Data bytes the caller read.
     pub(crate) caller_read: u64,
     pub(crate) trace: Option<Box<Trace>>,
-    /// In adaptive mode: the response's origin.
+    /// The response's origin: its estimates, and what this drop teaches them.
     pub(crate) origin: Option<Arc<Origin>>,
+    /// The response came on a connection that had carried one before (as
+    /// an observer says): its drain is past TCP slow start.
+    pub(crate) warm: bool,
     /// The runtime the response arrived on, if any: where its drain waits.
     pub(crate) runtime: Option<Handle>,
 }
@@ -57,8 +60,11 @@ impl DropContext {
         reason: Reason,
         bytes_drained: u64,
         elapsed: std::time::Duration,
-        adaptive: Option<AdaptiveView>,
+        view: Option<OriginView>,
     ) {
+        if let Some(origin) = &self.origin {
+            origin.record_outcome(reason);
+        }
         self.shared.stats.record(&Report {
             reason,
             bytes_drained,
@@ -66,7 +72,7 @@ impl DropContext {
             elapsed,
             status: self.status,
             trace: self.trace.as_deref(),
-            adaptive,
+            origin: view,
         });
     }
 }
@@ -81,7 +87,7 @@ fn read_in_the_drop<B: 'static>() -> bool {
 /// first here, as far as it has arrived; then, if it has to wait for the
 /// server (or is another body), on a task, if the cap and a runtime let it.
 /// Never blocks and never waits.
-pub(crate) fn start<B>(body: B, budget: DrainBudget, mut ctx: DropContext, view: Option<AdaptiveView>)
+pub(crate) fn start<B>(body: B, budget: DrainBudget, mut ctx: DropContext, view: Option<OriginView>)
 where
     B: Body + Send + Unpin + 'static,
 {
@@ -173,11 +179,12 @@ struct Drain<B> {
     slot: Option<Slot>,
     /// The outcome was recorded.
     recorded: bool,
-    view: Option<AdaptiveView>,
+    view: Option<OriginView>,
     /// Data bytes read so far.
     bytes: u64,
     /// When the body first had to wait for the server, and the bytes read
-    /// before: in adaptive mode, what came after is the link's throughput.
+    /// before, on a warm connection: what came after is the link's
+    /// throughput.
     first_wait: Option<(Instant, u64)>,
     /// A data frame took `bytes` past the allowance: one more frame is read
     /// to see whether the body ends there.
@@ -238,7 +245,7 @@ where
             }
             let frame = match Pin::new(&mut *body).poll_frame(cx) {
                 Poll::Pending => {
-                    if self.first_wait.is_none() && self.ctx.origin.is_some() {
+                    if self.first_wait.is_none() && self.ctx.warm {
                         self.first_wait = Some((Instant::now(), self.bytes));
                     }
                     if let Some(sleep) = sleep {
@@ -285,7 +292,7 @@ impl<B> Drain<B> {
         let elapsed = self.allowance.dropped_at.elapsed();
         let link_limited = matches!(reason, Reason::EndOfBody | Reason::OverBytes | Reason::OverTime);
         if let (Some(origin), Some((at, before)), true) = (&self.ctx.origin, self.first_wait, link_limited) {
-            origin.record_drain(self.bytes - before, at.elapsed());
+            origin.record_drain(self.bytes - before, at.elapsed(), self.ctx.warm);
         }
         self.ctx.record(reason, self.bytes, elapsed, self.view);
         drop(self.slot.take());

@@ -5,9 +5,10 @@ use http::Response;
 use http_body::Body;
 use tower_layer::Layer;
 
-use crate::adaptive::OriginSnapshot;
 use crate::body::DrainBody;
 use crate::observe::ObserveConnector;
+use crate::origin::OriginSnapshot;
+use crate::policy;
 use crate::request::RequestInfo;
 use crate::service::DrainOnDrop;
 use crate::shared::{Config, Shared};
@@ -35,8 +36,10 @@ pub struct DrainOnDropLayer {
 }
 
 impl DrainOnDropLayer {
-    /// A layer with the default budgets: 256 KiB and 50 ms (Go 1.27's
-    /// choice), and at most 1024 drains running at once.
+    /// A layer with the default budgets: 256 KiB, and a time budget that
+    /// follows the origin's round trip (six round trips, between 50 ms and
+    /// 1 s; see [`max_time`](Self::max_time)), and at most 1024 drains
+    /// running at once.
     pub fn new() -> Self {
         DrainOnDropLayer { shared: Arc::new(Shared::default()) }
     }
@@ -80,14 +83,22 @@ impl DrainOnDropLayer {
 
     /// Time budget: a drain is abandoned this long after the body was
     /// dropped, whatever the server does (stalls, trickles, never ends).
+    /// Setting it fixes the time budget for every origin.
     ///
-    /// Zero disables draining. Default is 50 ms.
+    /// Zero disables draining. Default: it follows the origin's round trip,
+    /// measured by the layer (the shortest time from a request to its
+    /// response head among the origin's last 16): enough round trips for a
+    /// new connection's TCP slow start to deliver the byte budget, plus one
+    /// (six at the default 256 KiB), never less than 50 ms nor more than
+    /// 1 s. So 50 ms on a LAN, 600 ms for an origin 100 ms away; 50 ms before
+    /// an origin's first response. See the [crate
+    /// documentation](crate#why-byte-and-time-budgets).
     ///
     /// ```
     /// # use std::time::Duration;
     /// # use drain_on_drop::DrainOnDropLayer;
-    /// // A far origin where a new TLS connection costs 300 ms.
-    /// let layer = DrainOnDropLayer::new().max_time(Duration::from_millis(250));
+    /// // Never hold a connection more than 100 ms for a drain, near or far.
+    /// let layer = DrainOnDropLayer::new().max_time(Duration::from_millis(100));
     /// ```
     pub fn max_time(self, max_time: Duration) -> Self {
         self.config(|c| {
@@ -107,7 +118,7 @@ impl DrainOnDropLayer {
     ///
     /// A drain lasts at most `max_time`, so the number running is about the
     /// rate of early drops times their drain time: 10,000 drops a second of
-    /// bodies that stall for the whole 50 ms default is 500. Each running
+    /// bodies that stall for a whole 50 ms budget (the default on a LAN) is 500. Each running
     /// drain holds one connection (which hyper would otherwise close) and a
     /// small task. `0` disables draining. Default is 1024.
     ///
@@ -148,21 +159,29 @@ impl DrainOnDropLayer {
     /// Switches to adaptive budgets: per origin, drain only when reading the
     /// rest is expected to cost less than a new connection.
     ///
-    /// For each origin (`scheme://host:port`) the layer keeps what a new
-    /// connection costs (the connector's own time, measured by the
-    /// [`observe`](Self::observe) wrapper: **adaptive mode needs it**; put
-    /// it around the TLS connector so the handshake is counted) and how fast
-    /// the link delivers drained bodies (the highest of the last drains'
-    /// rates). A drain then gets a time budget of that setup cost and a byte
-    /// budget of what the link moves in that time; a body whose remaining
-    /// length is known and larger is not drained at all
+    /// For each origin (`scheme://host:port`) the layer keeps its round trip
+    /// (as for the default budget), what a new connection costs (the
+    /// connector's own time, measured by the [`observe`](Self::observe)
+    /// wrapper: **adaptive mode needs it**; put it around the TLS connector
+    /// so the handshake is counted) and how fast the link delivers drained
+    /// bodies on connections past their first response (the highest of the
+    /// last drains' rates; a new connection's drains are in TCP slow start
+    /// and are not counted). A drain then gets a time budget of what a kept
+    /// connection saves the next request: the setup cost, plus the round
+    /// trips a new connection's slow start adds to a response the size of
+    /// this one (four for 256 KiB, none for one that fits 14,600 bytes); and
+    /// a byte budget of what the link moves in that time. A body whose
+    /// remaining length is known and larger is not drained at all
     /// (`declared_over_budget`), and an origin where any drain costs more
-    /// than a reconnect skips them (`reconnect_cheaper`).
+    /// than a reconnect skips them (`reconnect_cheaper`). An origin whose
+    /// drops keep missing gets the ceiling budget for one drop in eight, so
+    /// an estimate that stopped every drain is measured again.
     ///
-    /// Until the link was measured, an origin gets the larger of the fixed
-    /// budgets and what 100 Mbit/s moves in its setup cost, so adaptive mode
-    /// is never below the fixed default on a short run. Without an observer,
-    /// or before the origin's first new connection, the fixed budgets apply.
+    /// Until the link was measured, an origin gets the larger of the
+    /// default budget and what 100 Mbit/s moves in that time, so adaptive
+    /// mode is never below the default on a short run. Without an observer,
+    /// or before the origin's first new connection, the default budget
+    /// applies.
     ///
     /// [`max_bytes`](Self::max_bytes) and [`max_time`](Self::max_time), when
     /// set, are hard ceilings (and the fixed budgets); otherwise the
@@ -208,11 +227,18 @@ impl DrainOnDropLayer {
         self.shared.stats.clone()
     }
 
-    /// Per-origin estimates of the adaptive mode ([`adaptive`](Self::adaptive)),
-    /// sorted by origin, with the budget an early drop from each would get
-    /// now under this layer's ceilings; empty when adaptive mode is off.
+    /// Per-origin estimates (the round trip; in adaptive mode
+    /// ([`adaptive`](Self::adaptive)) also the setup cost and throughput),
+    /// sorted by origin, with the budget an early drop of a body the size of
+    /// the byte budget from each would get now. At most 256 origins, least
+    /// recently used forgotten first; never the userinfo.
     pub fn origins(&self) -> Vec<OriginSnapshot> {
-        self.shared.origins.snapshot(self.shared.config.ceiling(), self.shared.config.budget())
+        let config = &self.shared.config;
+        self.shared.origins.snapshot(|origin| {
+            let adaptive = |default| origin.adaptive_budget_now(config.ceiling(), default, config.max_bytes);
+            let (budget, adaptive) = policy::origin_budget(config, origin, adaptive);
+            (adaptive || !config.explicit_time).then_some(budget)
+        })
     }
 
     /// Puts the drain on a response that did not come through a service

@@ -20,7 +20,9 @@
 //! use hyper_util::rt::TokioExecutor;
 //! use tower::ServiceBuilder;
 //!
-//! let layer = DrainOnDropLayer::new(); // 256 KiB and 50 ms per drain: Go 1.27's defaults
+//! // 256 KiB per drain, and a time budget that follows each origin's round
+//! // trip (50 ms on a LAN, 600 ms for an origin 100 ms away).
+//! let layer = DrainOnDropLayer::new();
 //! let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
 //! let svc = ServiceBuilder::new()
 //!     // retry, timeout, redirect layers go here, above the drain
@@ -107,12 +109,28 @@
 //! Draining trades bytes read now for a handshake saved later. The byte
 //! budget bounds the bandwidth spent on data nobody wants; the time budget
 //! bounds how long a connection (and a small task) is held for a server that
-//! stalls, trickles or streams forever. The defaults, 256 KiB and 50 ms, are
-//! Go 1.27's: on a LAN 256 KiB takes well under 50 ms, and a new TCP+TLS
-//! connection costs two to three round trips. Raise both for far origins
-//! where handshakes are expensive; lower `max_bytes` when bandwidth is
-//! precious. A body whose remaining `Content-Length` is above the budget is
-//! not read at all.
+//! stalls, trickles or streams forever. A body whose remaining
+//! `Content-Length` is above the byte budget is not read at all.
+//!
+//! **The default time budget follows the origin's round trip.** A fixed
+//! 50 ms (Go 1.27's) is right on a LAN and wrong far away: 100 ms from the
+//! server, the last bytes of even a 16 KiB body come one round trip after
+//! its head on a new connection (TCP slow start), so every such drain runs
+//! out of time, and every request pays a new TCP and TLS handshake plus the
+//! slow start of its response. So the layer measures, per origin, the
+//! shortest time from a request to its response head among the last 16 (one
+//! round trip plus the server's quickest answer), and gives each drain
+//! enough round trips for a new connection's slow start to deliver the
+//! byte budget, plus one: with the default 256 KiB, **six round trips,
+//! never less than 50 ms nor more than 1 s**. A LAN origin (a round trip
+//! under 8 ms) gets 50 ms, as before; one 20 ms away 120 ms, 100 ms away
+//! 600 ms, 150 ms away 900 ms. [`DrainOnDropLayer::origins`] shows each
+//! origin's round trip and budget. Setting
+//! [`max_time`](DrainOnDropLayer::max_time) fixes the time budget instead;
+//! [`max_bytes`](DrainOnDropLayer::max_bytes) is always the byte budget
+//! (default 256 KiB). The cost of the longer budget: a far server that
+//! stalls holds its connection (and a task) up to that long before it is
+//! closed.
 //!
 //! # Per request, per stream, per connection
 //!
@@ -130,15 +148,19 @@
 //!
 //! # Adaptive budgets
 //!
-//! Every fixed budget is wrong somewhere: on a LAN draining 1 MiB steals the
-//! link from the next request and costs more than a new connection; across
-//! regions a new connection costs TCP and TLS round trips and draining wins.
+//! The default's byte budget is still one size for every origin: on a LAN
+//! draining 1 MiB steals the link from the next request and costs more than
+//! a new connection; across regions a new connection costs TCP and TLS
+//! round trips and a slow start, and draining far more pays.
 //! [`DrainOnDropLayer::adaptive`] keeps, per origin, what a new connection
 //! costs (measured by the [`observe`](DrainOnDropLayer::observe) connector
-//! wrapper, which adaptive mode needs) and how fast the link delivers drained
-//! bodies, and gives each drain a time budget of the setup cost and a byte
-//! budget of what the link moves in that time.
-//! [`DrainOnDropLayer::origins`] shows the estimates and the current threshold.
+//! wrapper, which adaptive mode needs) and how fast the link delivers
+//! drained bodies on warm connections, and gives each drain a time budget of
+//! what a kept connection saves the next request (the setup, plus the round
+//! trips a new connection's slow start would add to a response of this
+//! size) and a byte budget of what the link moves in that time.
+//! [`DrainOnDropLayer::origins`] shows the estimates and the current
+//! threshold.
 //!
 //! # Where the layer goes
 //!
@@ -283,13 +305,13 @@
 
 #![forbid(unsafe_code)]
 
-mod adaptive;
 mod body;
 mod budget;
 mod drain;
 pub mod future;
 mod layer;
 pub mod observe;
+mod origin;
 mod outcome;
 mod policy;
 mod request;
@@ -297,11 +319,11 @@ mod service;
 mod shared;
 mod stats;
 
-pub use adaptive::OriginSnapshot;
 pub use body::DrainBody;
 pub use budget::DrainBudget;
 pub use layer::DrainOnDropLayer;
 pub use observe::{ConnectionReuse, ObserveConnector};
+pub use origin::OriginSnapshot;
 pub use outcome::{Outcome, Reason};
 pub use service::DrainOnDrop;
 pub use stats::{DrainSnapshot, DrainStats, ReuseSnapshot};

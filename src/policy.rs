@@ -13,14 +13,15 @@
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use http::header::{CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, TRANSFER_ENCODING};
 use http::{HeaderMap, HeaderValue, Version};
 use http_body::SizeHint;
 use tokio::runtime::{Handle, Id};
 
-use crate::adaptive::Origin;
 use crate::budget::DrainBudget;
+use crate::origin::{Origin, slow_start_rounds};
 use crate::outcome::Reason;
 use crate::shared::{Config, Shared};
 use crate::stats::Slot;
@@ -127,6 +128,8 @@ pub(crate) struct AtDrop<'a> {
     pub(crate) origin: Option<&'a Origin>,
     /// The body's size hint now.
     pub(crate) remaining: SizeHint,
+    /// Data bytes the caller read.
+    pub(crate) read: u64,
     /// The thread is unwinding from a panic.
     pub(crate) unwinding: bool,
 }
@@ -142,10 +145,10 @@ pub(crate) enum Decision {
 }
 
 /// Decides what to do with a body dropped before its end. Also returns the
-/// adaptive budget it was decided with, when there was one, for the event.
+/// budget it was decided with, when it got that far, for the event.
 pub(crate) fn decide(shared: &Shared, at: &AtDrop<'_>) -> (Decision, Option<DrainBudget>) {
     let config = &shared.config;
-    let mut adaptive_budget = None;
+    let mut decided_with = None;
     let decision = 'decide: {
         if config.max_concurrent_drains == 0 {
             break 'decide Decision::Skip(Reason::Disabled);
@@ -160,21 +163,20 @@ pub(crate) fn decide(shared: &Shared, at: &AtDrop<'_>) -> (Decision, Option<Drai
         if let Some(reason) = at.head {
             break 'decide Decision::Skip(reason);
         }
-        let budget = match (at.request_budget, at.origin) {
-            (Some(budget), _) => budget,
-            (None, Some(origin)) => match origin.budget(config.ceiling(), config.budget()) {
-                Some(budget) => {
-                    adaptive_budget = Some(budget);
-                    if !budget.is_enabled() {
-                        break 'decide Decision::Skip(Reason::ReconnectCheaper);
-                    }
-                    budget
-                }
-                // No setup cost measured (no observer, or no new connection yet).
-                None => config.budget(),
-            },
-            (None, None) => config.budget(),
+        let (budget, adaptive) = match (at.request_budget, at.origin) {
+            (Some(budget), _) => (budget, false),
+            (None, None) => (config.budget(), false),
+            (None, Some(origin)) => {
+                let size = at.remaining.exact().map_or(config.max_bytes, |rest| rest.saturating_add(at.read));
+                origin_budget(config, origin, |default| {
+                    origin.adaptive_budget(config.ceiling(), default, size)
+                })
+            }
         };
+        decided_with = Some(budget);
+        if adaptive && !budget.is_enabled() {
+            break 'decide Decision::Skip(Reason::ReconnectCheaper);
+        }
         // A body that must be longer than the budget is not worth a single
         // read: Go and .NET skip it the same way.
         if at.remaining.lower() > budget.max_bytes {
@@ -189,7 +191,42 @@ pub(crate) fn decide(shared: &Shared, at: &AtDrop<'_>) -> (Decision, Option<Drai
         // place under it (see `admit`).
         Decision::Drain(budget)
     };
-    (decision, adaptive_budget)
+    (decision, decided_with)
+}
+
+/// The budget an origin's early drops get without a request budget: in
+/// adaptive mode, what `adaptive` gives from the origin's estimates (and
+/// `true`), once its setup cost is measured; otherwise the default budget
+/// ([`default_budget`], from the origin's round trip).
+pub(crate) fn origin_budget(
+    config: &Config,
+    origin: &Origin,
+    adaptive: impl FnOnce(DrainBudget) -> Option<DrainBudget>,
+) -> (DrainBudget, bool) {
+    let default = default_budget(config, origin.round_trip());
+    match config.adaptive.then(|| adaptive(default)).flatten() {
+        Some(budget) => (budget, true),
+        None => (default, false),
+    }
+}
+
+/// The default budget of an early drop: `max_bytes`, and a time budget that
+/// follows the origin's round trip, long enough for a new connection's TCP
+/// slow start to deliver `max_bytes` (`slow_start_rounds(max_bytes)` round
+/// trips) plus one round trip, never below `max_time`'s default (50 ms) nor
+/// above 1 s. A LAN origin (a round trip under 8 ms at the default 256 KiB)
+/// gets 50 ms; one 100 ms away, 600 ms. An explicit `max_time` is the time
+/// budget, whatever the round trip; so is the default with no round trip
+/// measured yet.
+pub(crate) fn default_budget(config: &Config, round_trip: Option<Duration>) -> DrainBudget {
+    match round_trip {
+        Some(rtt) if !config.explicit_time => {
+            let rounds = slow_start_rounds(config.max_bytes) + 1;
+            let time = rtt.saturating_mul(rounds).clamp(config.max_time, config.ceiling().max_time);
+            DrainBudget::new(config.max_bytes, time)
+        }
+        _ => config.budget(),
+    }
 }
 
 /// Where a drain stands against its byte allowance after a data frame.
@@ -389,6 +426,7 @@ mod tests {
             request_budget: budget,
             origin: None,
             remaining: SizeHint::with_exact(remaining),
+            read: 0,
             unwinding: false,
         }
     }
@@ -481,12 +519,12 @@ mod tests {
 
     #[test]
     fn an_adaptive_budget_of_zero_is_reconnect_cheaper_not_disabled() {
-        let layer = shared(256 * 1024, Duration::from_millis(50), 1024);
-        let key = crate::adaptive::OriginKey::from_uri(&"http://lan.example/".parse().unwrap()).unwrap();
-        let origin = layer.origins.get(&key);
+        let mut layer = shared(256 * 1024, Duration::from_millis(50), 1024);
+        layer.config.adaptive = true;
+        let origin = layer.origins.get(&"http://lan.example/".parse().unwrap()).unwrap();
         // A connection that costs nothing to open, on a measured link.
         origin.record_connection(false, Duration::ZERO);
-        origin.record_drain(1 << 20, Duration::from_millis(10));
+        origin.record_drain(1 << 20, Duration::from_millis(10), true);
         let at = AtDrop { origin: Some(&origin), ..at(None, 100) };
         let (decision, budget) = decide(&layer, &at);
         assert_eq!(skip((decision, budget)), Some(Reason::ReconnectCheaper));
@@ -509,6 +547,26 @@ mod tests {
         found_no_time_driver(&t);
         assert_eq!(id(runtimes(Some(t.clone()), Some(c.clone()))), Ok((c.id(), None)), "a timer is needed");
         assert_eq!(id(runtimes(Some(t.clone()), None)), Err(Reason::NoTimeDriver));
+    }
+
+    #[test]
+    fn the_default_time_budget_follows_the_round_trip_between_50_ms_and_1_s() {
+        let ms = Duration::from_millis;
+        let time = |config: &Config, rtt: Option<u64>| default_budget(config, rtt.map(ms)).max_time;
+        let default = Config::default();
+        assert_eq!(time(&default, None), ms(50), "no round trip measured yet: the fixed default");
+        assert_eq!(time(&default, Some(0)), ms(50), "loopback");
+        assert_eq!(time(&default, Some(8)), ms(50), "a LAN: today's 50 ms");
+        // 256 KiB take 5 round trips of slow start on a new connection; one more.
+        assert_eq!(time(&default, Some(20)), ms(120));
+        assert_eq!(time(&default, Some(100)), ms(600));
+        assert_eq!(time(&default, Some(150)), ms(900));
+        assert_eq!(time(&default, Some(400)), ms(1000), "capped");
+        assert_eq!(default_budget(&default, Some(ms(100))).max_bytes, 256 * 1024, "bytes as set");
+        let big = Config { max_bytes: 1 << 20, explicit_bytes: true, ..Config::default() };
+        assert_eq!(time(&big, Some(100)), ms(800), "1 MiB: 7 rounds, and one more");
+        let fixed = Config { max_time: ms(70), explicit_time: true, ..Config::default() };
+        assert_eq!(time(&fixed, Some(100)), ms(70), "an explicit max_time is the budget");
     }
 
     #[test]

@@ -1,11 +1,12 @@
 //! What a response's drain needs from its request, read in `call`.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use http::Request;
 
-use crate::adaptive::{Origin, OriginKey};
 use crate::budget::DrainBudget;
+use crate::origin::Origin;
 use crate::policy::RequestSays;
 use crate::shared::Shared;
 use crate::stats::Trace;
@@ -18,17 +19,18 @@ pub(crate) struct RequestInfo {
     pub(crate) budget: Option<DrainBudget>,
     /// The span and origin for the drop's event, when DEBUG is enabled.
     pub(crate) trace: Option<Box<Trace>>,
-    /// In adaptive mode: the request's origin.
+    /// The request's origin, whose estimates its drain's budget follows.
     pub(crate) origin: Option<Arc<Origin>>,
+    /// When the request was called: the time to its response head is a
+    /// sample of the origin's round trip.
+    pub(crate) sent_at: Option<Instant>,
 }
 
 impl RequestInfo {
     pub(crate) fn read<B>(shared: &Arc<Shared>, req: &Request<B>) -> Self {
-        let traced = tracing::enabled!(target: "drain_on_drop", tracing::Level::DEBUG);
-        // Parsed once, for the origin table and the event alike.
-        let key = (shared.config.adaptive || traced).then(|| OriginKey::from_uri(req.uri())).flatten();
-        let trace = traced.then(|| Trace::capture(key.as_ref().map(|k| k.to_string()).unwrap_or_default()));
-        let origin = key.filter(|_| shared.config.adaptive).map(|key| shared.origins.get(&key));
+        let origin = shared.origins.get(req.uri());
+        let trace = tracing::enabled!(target: "drain_on_drop", tracing::Level::DEBUG)
+            .then(|| Trace::capture(origin.as_ref().map(|o| o.key().to_string()).unwrap_or_default()));
         let extensions = req.extensions();
         RequestInfo {
             shared: Arc::clone(shared),
@@ -36,6 +38,7 @@ impl RequestInfo {
             budget: if extensions.is_empty() { None } else { extensions.get::<DrainBudget>().copied() },
             trace,
             origin,
+            sent_at: Some(Instant::now()),
         }
     }
 
@@ -45,6 +48,6 @@ impl RequestInfo {
         let shared = Arc::clone(shared);
         let trace = tracing::enabled!(target: "drain_on_drop", tracing::Level::DEBUG)
             .then(|| Trace::capture(String::new()));
-        RequestInfo { shared, says: RequestSays::unknown(), budget: None, trace, origin: None }
+        RequestInfo { shared, says: RequestSays::unknown(), budget: None, trace, origin: None, sent_at: None }
     }
 }

@@ -6,8 +6,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::adaptive::{self, Origins};
 use crate::budget::DrainBudget;
+use crate::origin::{self, Origins};
 use crate::stats::DrainStats;
 
 /// The layer's settings.
@@ -18,10 +18,12 @@ pub(crate) struct Config {
     pub(crate) max_concurrent_drains: usize,
     /// Media types (lowercase, no parameters) of open-ended streams.
     pub(crate) stream_types: Arc<[String]>,
-    /// Budgets follow per-origin estimates (see `adaptive.rs`).
+    /// Budgets follow the adaptive estimates (see `origin.rs`).
     pub(crate) adaptive: bool,
-    /// `max_bytes` / `max_time` were set by the user: in adaptive mode they
-    /// are the ceilings, otherwise the adaptive defaults are.
+    /// `max_bytes` / `max_time` were set by the user: they are then the
+    /// budgets (and the ceilings of adaptive mode); otherwise the time
+    /// budget follows the origin's round trip, and adaptive mode has
+    /// ceilings of its own.
     pub(crate) explicit_bytes: bool,
     pub(crate) explicit_time: bool,
 }
@@ -35,8 +37,8 @@ impl Config {
     /// The most an adaptive drain may spend.
     pub(crate) fn ceiling(&self) -> DrainBudget {
         DrainBudget::new(
-            if self.explicit_bytes { self.max_bytes } else { adaptive::DEFAULT_CEILING_BYTES },
-            if self.explicit_time { self.max_time } else { adaptive::DEFAULT_CEILING_TIME },
+            if self.explicit_bytes { self.max_bytes } else { origin::DEFAULT_CEILING_BYTES },
+            if self.explicit_time { self.max_time } else { origin::DEFAULT_CEILING_TIME },
         )
     }
 }

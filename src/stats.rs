@@ -302,12 +302,13 @@ impl Trace {
     }
 }
 
-/// The adaptive figures a drop was decided with.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct AdaptiveView {
+/// The origin's estimates a drop was decided with, and the budget they gave.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct OriginView {
+    pub(crate) round_trip: Option<Duration>,
     pub(crate) setup_cost: Option<Duration>,
     pub(crate) throughput: Option<u64>,
-    pub(crate) budget: Option<DrainBudget>,
+    pub(crate) budget: DrainBudget,
 }
 
 /// Everything said about one early drop.
@@ -318,7 +319,7 @@ pub(crate) struct Report<'a> {
     pub(crate) elapsed: Duration,
     pub(crate) status: u16,
     pub(crate) trace: Option<&'a Trace>,
-    pub(crate) adaptive: Option<AdaptiveView>,
+    pub(crate) origin: Option<OriginView>,
 }
 
 impl Report<'_> {
@@ -333,9 +334,9 @@ impl Report<'_> {
                 Outcome::Skipped => "response body dropped early; not drained",
                 _ => "response body dropped early; drain ended",
             };
-            // `None` values are not recorded: outside adaptive mode the
-            // event has no estimate fields.
-            let a = self.adaptive;
+            // `None` values are not recorded: a drop decided without the
+            // origin's estimates has no estimate fields.
+            let a = self.origin;
             tracing::debug!(
                 target: "drain_on_drop",
                 outcome = self.reason.outcome().as_str(),
@@ -345,10 +346,11 @@ impl Report<'_> {
                 caller_read = self.caller_read,
                 bytes_drained = self.bytes_drained,
                 elapsed_us,
+                round_trip_us = a.and_then(|a| a.round_trip).map(|d| d.as_micros() as u64),
                 setup_cost_us = a.and_then(|a| a.setup_cost).map(|d| d.as_micros() as u64),
                 throughput = a.and_then(|a| a.throughput),
-                budget_bytes = a.and_then(|a| a.budget).map(|b| b.max_bytes),
-                budget_time_us = a.and_then(|a| a.budget).map(|b| b.max_time.as_micros() as u64),
+                budget_bytes = a.map(|a| a.budget.max_bytes),
+                budget_time_us = a.map(|a| a.budget.max_time.as_micros() as u64),
                 "{message}"
             );
         };
@@ -371,7 +373,7 @@ mod tests {
             elapsed: Duration::ZERO,
             status: 200,
             trace: None,
-            adaptive: None,
+            origin: None,
         }
     }
 
