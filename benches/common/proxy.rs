@@ -20,6 +20,14 @@
 //! body into the link queue at once when its window is smaller. When one side
 //! closes, what is queued towards it and not yet transmitted is discarded
 //! (it no longer occupies the link), and what is propagating is lost.
+//!
+//! With [`LinkConfig::slow_start`], each direction of each connection also
+//! has a congestion window, as TCP slow start: it starts at 14,600 bytes
+//! (10 segments), a byte is acknowledged one `rtt / 2` after it reached the
+//! receiver, and every acknowledged byte grows the window by one byte, up to
+//! the flow-control window (no loss, no idle restart). So a new connection
+//! delivers a body's last byte about `slow_start_rounds(len) − 1` round
+//! trips after its first, and a warm one in about one.
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -79,7 +87,7 @@ impl LatencyProxy {
             let accept = async {
                 let mut conns = JoinSet::new();
                 while let Ok((client, _)) = listener.accept().await {
-                    conns.spawn(relay_link(client, upstream, shared.clone(), link.window));
+                    conns.spawn(relay_link(client, upstream, shared.clone(), link, rtt / 2));
                     while conns.try_join_next().is_some() {}
                 }
             };
@@ -164,6 +172,10 @@ pub struct LinkConfig {
     /// Bytes one direction of one connection may have in the proxy, queued
     /// for the link or transmitted and propagating: its TCP window.
     pub window: usize,
+    /// TCP slow start: the congestion window a new connection starts with,
+    /// in bytes, grown by every byte acknowledged up to `window`. `None`:
+    /// no slow start (the whole window from the first byte).
+    pub initial_window: Option<usize>,
 }
 
 impl LinkConfig {
@@ -176,9 +188,19 @@ impl LinkConfig {
     /// does not limit a transfer at those figures.
     pub const DEFAULT_WINDOW: usize = 4 << 20;
 
-    /// `mbit` Mbit/s (10^6 bits per second), default window.
+    /// A new connection's congestion window under [`Self::slow_start`]: 10
+    /// segments of 1460 bytes (RFC 6928, Linux's default).
+    pub const INITIAL_WINDOW: usize = 14_600;
+
+    /// `mbit` Mbit/s (10^6 bits per second), default window, no slow start.
     pub fn mbit(mbit: u64) -> LinkConfig {
-        LinkConfig { bits_per_second: mbit * 1_000_000, window: Self::DEFAULT_WINDOW }
+        LinkConfig { bits_per_second: mbit * 1_000_000, window: Self::DEFAULT_WINDOW, initial_window: None }
+    }
+
+    /// `mbit` Mbit/s, default window, and TCP slow start from
+    /// [`Self::INITIAL_WINDOW`].
+    pub fn slow_start(mbit: u64) -> LinkConfig {
+        LinkConfig { initial_window: Some(Self::INITIAL_WINDOW), ..Self::mbit(mbit) }
     }
 
     fn bytes_per_second(&self) -> f64 {
@@ -191,6 +213,9 @@ impl fmt::Display for LinkConfig {
         write!(f, "shared link {} Mbit/s", self.bits_per_second as f64 / 1e6)?;
         if self.window != Self::DEFAULT_WINDOW {
             write!(f, ", window {} KiB", self.window / 1024)?;
+        }
+        if let Some(initial) = self.initial_window {
+            write!(f, ", slow start from {initial} bytes")?;
         }
         Ok(())
     }
@@ -222,10 +247,15 @@ const READ: usize = 64 * 1024;
 ///   the receiver); while the window is full the proxy does not read from
 ///   the sender, whose data then waits in its socket buffer (the sender's
 ///   send buffer). A byte frees its window when it is written to the
-///   receiver's socket (the ACK's way back is not modelled). Not modelled
-///   either: slow start and congestion control (a new connection may send
-///   a full window at once), fair queueing, loss, header overhead (only
-///   payload bytes count).
+///   receiver's socket (the ACK's way back is not modelled), unless the
+///   link has slow start.
+/// - **Slow start** ([`LinkConfig::slow_start`]): the window is also
+///   bounded by a congestion window, starting at 14,600 bytes; a byte frees
+///   its place and grows the congestion window by one byte `rtt / 2` after
+///   it was written to the receiver (its ACK's way back). Without it, a new
+///   connection may send a full window at once. Not modelled either way:
+///   congestion avoidance, fair queueing, loss, idle restart, header
+///   overhead (only payload bytes count).
 /// - **Close.** When the proxy sees one side close (end of stream or an
 ///   error reading from it, or a write to it failing), the direction
 ///   towards that side is dead: its segments still queued are discarded
@@ -323,9 +353,14 @@ enum Delivery {
     Closed,
 }
 
-/// One direction of one connection: its window and its dead flag.
+/// One direction of one connection: its windows and its dead flag.
 struct Flow {
     window: usize,
+    /// The congestion window (slow start), or `window` without slow start.
+    congestion: AtomicUsize,
+    /// Acknowledgements: with slow start, a byte frees its window (and grows
+    /// the congestion window) one way after it reached the receiver.
+    ack_delay: Option<Duration>,
     /// The receiving side closed.
     closed: AtomicBool,
     /// Bytes read from the sender and not yet written to the receiver (or
@@ -337,10 +372,13 @@ struct Flow {
 }
 
 impl Flow {
-    fn new(window: usize) -> (Arc<Flow>, mpsc::UnboundedReceiver<Delivery>) {
+    fn new(link: LinkConfig, one_way: Duration) -> (Arc<Flow>, mpsc::UnboundedReceiver<Delivery>) {
         let (writer, rx) = mpsc::unbounded_channel();
+        let window = link.window;
         let flow = Flow {
             window,
+            congestion: AtomicUsize::new(link.initial_window.map_or(window, |w| w.min(window))),
+            ack_delay: link.initial_window.map(|_| one_way),
             closed: AtomicBool::new(false),
             in_proxy: AtomicUsize::new(0),
             room: Notify::new(),
@@ -380,16 +418,36 @@ impl Flow {
         }
     }
 
-    /// Waits until the window has room, and returns how much (the whole
-    /// window once the flow is closed: the reader then discards).
+    /// `n` bytes reached the receiver: with slow start they are
+    /// acknowledged one way later (freeing the window and growing the
+    /// congestion window by `n`), otherwise at once.
+    fn acknowledge(self: &Arc<Self>, n: usize) {
+        match self.ack_delay {
+            None => self.release(n),
+            Some(delay) => {
+                let flow = self.clone();
+                tokio::spawn(async move {
+                    sleep(delay).await;
+                    let grown = flow.congestion.load(Ordering::SeqCst).saturating_add(n).min(flow.window);
+                    flow.congestion.store(grown, Ordering::SeqCst);
+                    flow.release(n);
+                });
+            }
+        }
+    }
+
+    /// Waits until the window (the smaller of flow control and congestion)
+    /// has room, and returns how much (the whole window once the flow is
+    /// closed: the reader then discards).
     async fn room(&self) -> usize {
         loop {
             let used = self.in_proxy.load(Ordering::SeqCst);
             if self.is_closed() {
                 return self.window;
             }
-            if used < self.window {
-                return self.window - used;
+            let window = self.congestion.load(Ordering::SeqCst).min(self.window);
+            if used < window {
+                return window - used;
             }
             self.room.notified().await;
         }
@@ -398,7 +456,13 @@ impl Flow {
 
 /// One proxied connection on the shared link: the handshake, then both
 /// directions.
-async fn relay_link(client: TcpStream, upstream: SocketAddr, link: Arc<Link>, window: usize) {
+async fn relay_link(
+    client: TcpStream,
+    upstream: SocketAddr,
+    link: Arc<Link>,
+    config: LinkConfig,
+    one_way: Duration,
+) {
     // SYN: the proxy connects to the server once it arrives.
     link.cross().await;
     let Ok(server) = TcpStream::connect(upstream).await else {
@@ -410,8 +474,8 @@ async fn relay_link(client: TcpStream, upstream: SocketAddr, link: Arc<Link>, wi
     let _ = server.set_nodelay(true);
     let (client_read, client_write) = client.into_split();
     let (server_read, server_write) = server.into_split();
-    let (up, up_rx) = Flow::new(window);
-    let (down, down_rx) = Flow::new(window);
+    let (up, up_rx) = Flow::new(config, one_way);
+    let (down, down_rx) = Flow::new(config, one_way);
     tokio::join!(
         send_side(client_read, up.clone(), down.clone(), &link),
         receive_side(up_rx, server_write, up.clone()),
@@ -469,7 +533,7 @@ async fn receive_side(mut rx: mpsc::UnboundedReceiver<Delivery>, mut to: OwnedWr
                     continue;
                 }
                 let written = to.write_all(&bytes).await;
-                flow.release(bytes.len());
+                flow.acknowledge(bytes.len());
                 if written.is_err() {
                     flow.close();
                     return;
