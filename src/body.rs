@@ -17,15 +17,18 @@ use crate::request::RequestInfo;
 /// unchanged, and when dropped before its end hands the rest to a background
 /// drain (see the [crate documentation](crate)).
 ///
-/// `Send` when `B` is, `Unpin` when `B` is (hyper's `Incoming` is both).
-/// `size_hint` and `is_end_stream` are the inner body's; `is_end_stream` also
-/// stays true once the inner body has returned its last frame, which hyper's
-/// chunked bodies do not report themselves.
+/// `Send` when `B` is, and always `Unpin`: the inner body lives in a box of
+/// its own (one allocation per response), so that a drain can take it to a
+/// task however it was pinned, and a body that is not `Unpin` (tower-http's
+/// `ResponseBodyDeadline`, an `async` stream) can sit below the layer as it
+/// is. `size_hint` and `is_end_stream` are the inner body's;
+/// `is_end_stream` also stays true once the inner body has returned its
+/// last frame, which hyper's chunked bodies do not report themselves.
 ///
 /// [`DrainOnDrop`]: crate::DrainOnDrop
 pub struct DrainBody<B> {
     /// `None` only while being dropped.
-    inner: Option<B>,
+    inner: Option<Pin<Box<B>>>,
     /// `None` once nothing needs doing at the drop: the end was reached, the
     /// inner body failed, the body was created at its end, or another
     /// `DrainBody` below this one owns the drain.
@@ -39,7 +42,7 @@ struct Armed<B> {
     ctx: DropContext,
     /// `early_drop::<B>`, taken where `B: Body + Send + 'static` is known, so
     /// that `DrainBody<B>` needs no bounds and its `Drop` can still drain.
-    run: fn(B, DropContext),
+    run: fn(Pin<Box<B>>, DropContext),
 }
 
 /// Marks a response whose body already carries a drain, so that a
@@ -50,7 +53,7 @@ struct DrainOwned;
 
 impl<B> DrainBody<B>
 where
-    B: Body + Send + Unpin + 'static,
+    B: Body + Send + 'static,
 {
     /// Puts the drain on a response that arrived for `request`.
     pub(crate) fn wrap(mut response: Response<B>, request: RequestInfo) -> Response<DrainBody<B>> {
@@ -99,21 +102,21 @@ where
             runtime: Handle::try_current().ok(),
         };
         let armed = Armed { ctx, run: early_drop::<B> };
-        response.map(|inner| DrainBody { inner: Some(inner), armed: Some(armed), ended: false })
+        response.map(|inner| DrainBody { inner: Some(Box::pin(inner)), armed: Some(armed), ended: false })
     }
 }
 
 impl<B> DrainBody<B> {
     fn disarmed(inner: B) -> Self {
-        DrainBody { inner: Some(inner), armed: None, ended: false }
+        DrainBody { inner: Some(Box::pin(inner)), armed: None, ended: false }
     }
 }
 
 /// Runs when a body is dropped before its end: asks the policy, then drains
 /// (see `drain.rs`) or drops the body so that hyper closes the connection.
-fn early_drop<B>(inner: B, ctx: DropContext)
+fn early_drop<B>(inner: Pin<Box<B>>, ctx: DropContext)
 where
-    B: Body + Send + Unpin + 'static,
+    B: Body + Send + 'static,
 {
     // Every byte was delivered even if the caller did not poll past the last frame.
     if inner.is_end_stream() {
@@ -146,13 +149,13 @@ where
 impl<B> DrainBody<B> {
     /// The inner body.
     pub fn get_ref(&self) -> &B {
-        self.inner.as_ref().expect("inner body is present until drop")
+        self.inner.as_deref().expect("inner body is present until drop")
     }
 }
 
 impl<B> Body for DrainBody<B>
 where
-    B: Body + Unpin,
+    B: Body,
 {
     type Data = B::Data;
     type Error = B::Error;
@@ -165,7 +168,7 @@ where
         let Some(inner) = this.inner.as_mut() else {
             return Poll::Ready(None);
         };
-        let polled = Pin::new(&mut *inner).poll_frame(cx);
+        let polled = inner.as_mut().poll_frame(cx);
         match &polled {
             Poll::Ready(Some(Ok(frame))) => {
                 if let Some(armed) = this.armed.as_mut() {
@@ -189,7 +192,7 @@ where
     }
 
     fn is_end_stream(&self) -> bool {
-        self.ended || self.inner.as_ref().is_some_and(B::is_end_stream)
+        self.ended || self.inner.as_deref().is_some_and(B::is_end_stream)
     }
 
     fn size_hint(&self) -> SizeHint {

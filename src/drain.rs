@@ -87,9 +87,9 @@ fn read_in_the_drop<B: 'static>() -> bool {
 /// first here, as far as it has arrived; then, if it has to wait for the
 /// server (or is another body), on a task, if the cap and a runtime let it.
 /// Never blocks and never waits.
-pub(crate) fn start<B>(body: B, budget: DrainBudget, mut ctx: DropContext, view: Option<OriginView>)
+pub(crate) fn start<B>(body: Pin<Box<B>>, budget: DrainBudget, mut ctx: DropContext, view: Option<OriginView>)
 where
-    B: Body + Send + Unpin + 'static,
+    B: Body + Send + 'static,
 {
     let fetched = ctx.runtime.take();
     let mut drain = Drain {
@@ -130,7 +130,7 @@ where
 /// [`Task`]).
 fn spawn<B>(runtime: &Handle, drain: Drain<B>, fallback: Option<Handle>)
 where
-    B: Body + Send + Unpin + 'static,
+    B: Body + Send + 'static,
 {
     let mut task = Task { drain: Some(drain), fallback };
     // Detached: the task ends by itself at the end of the body, on the
@@ -149,7 +149,7 @@ where
 /// Drain`).
 struct Task<B>
 where
-    B: Body + Send + Unpin + 'static,
+    B: Body + Send + 'static,
 {
     drain: Option<Drain<B>>,
     fallback: Option<Handle>,
@@ -157,7 +157,7 @@ where
 
 impl<B> Drop for Task<B>
 where
-    B: Body + Send + Unpin + 'static,
+    B: Body + Send + 'static,
 {
     fn drop(&mut self) {
         if let (Some(drain), Some(fallback)) = (self.drain.take(), self.fallback.take()) {
@@ -171,7 +171,7 @@ where
 /// unwinding).
 struct Drain<B> {
     /// `None` once dropped.
-    body: Option<B>,
+    body: Option<Pin<Box<B>>>,
     ctx: DropContext,
     /// The byte allowance and the deadline, fixed at the drop.
     allowance: Allowance,
@@ -196,7 +196,7 @@ struct Drain<B> {
 
 impl<B> Drain<B>
 where
-    B: Body + Unpin,
+    B: Body,
 {
     /// The task's drain: reads until an outcome, waiting for the server
     /// under a timer set to the deadline.
@@ -243,7 +243,7 @@ where
             if self.allowance.deadline.is_some_and(|at| Instant::now() >= at) {
                 return Poll::Ready(Reason::OverTime);
             }
-            let frame = match Pin::new(&mut *body).poll_frame(cx) {
+            let frame = match body.as_mut().poll_frame(cx) {
                 Poll::Pending => {
                     if self.first_wait.is_none() && self.ctx.warm {
                         self.first_wait = Some((Instant::now(), self.bytes));

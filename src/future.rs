@@ -32,7 +32,7 @@ impl<F> ResponseFuture<F> {
 impl<F, B, E> Future for ResponseFuture<F>
 where
     F: Future<Output = Result<Response<B>, E>>,
-    B: Body + Send + Unpin + 'static,
+    B: Body + Send + 'static,
 {
     type Output = Result<Response<DrainBody<B>>, E>;
 

@@ -272,7 +272,7 @@ impl DrainOnDropLayer {
     /// ```
     pub fn wrap_response<B>(&self, res: Response<B>) -> Response<DrainBody<B>>
     where
-        B: Body + Send + Unpin + 'static,
+        B: Body + Send + 'static,
     {
         DrainBody::wrap(res, RequestInfo::none(&self.shared))
     }

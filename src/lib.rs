@@ -172,11 +172,10 @@
 //! background, under its own `max_time`. Decompression goes above it, so
 //! that budgets count wire bytes.
 //!
-//! The layer needs the inner body to be `Unpin` (to move it into the drain
-//! task without boxing every response); hyper's `Incoming` is. A layer
-//! below it whose body is not, such as tower-http's
-//! `ResponseBodyTimeoutLayer`, makes `ready()` fail with "the method `ready`
-//! exists … but its trait bounds were not satisfied": box that body first.
+//! Any body type works below it: the layer keeps the inner body in a box of
+//! its own (one allocation per response), so a body that is not `Unpin`,
+//! such as the one of tower-http's response body timeout, needs no
+//! adapter:
 //!
 //! ```
 //! # use std::time::Duration;
@@ -192,29 +191,7 @@
 //! # let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
 //! let mut svc = ServiceBuilder::new()
 //!     .layer(DrainOnDropLayer::new())
-//!     .map_response(|res: http::Response<_>| res.map(Box::pin)) // TimeoutBody is !Unpin
-//!     .layer(ResponseBodyTimeoutLayer::new(Duration::from_secs(30)))
-//!     .service(client);
-//! let _ = svc.ready().await;
-//! # }
-//! ```
-//!
-//! Without the `map_response` line it does not compile:
-//!
-//! ```compile_fail,E0599
-//! # use std::time::Duration;
-//! # use drain_on_drop::DrainOnDropLayer;
-//! # use http_body_util::Empty;
-//! # use hyper::body::Bytes;
-//! # use hyper_util::client::legacy::Client;
-//! # use hyper_util::rt::TokioExecutor;
-//! # use tower::{ServiceBuilder, ServiceExt};
-//! # use tower_http::timeout::ResponseBodyTimeoutLayer;
-//! # async fn run() {
-//! # let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
-//! let mut svc = ServiceBuilder::new()
-//!     .layer(DrainOnDropLayer::new())
-//!     .layer(ResponseBodyTimeoutLayer::new(Duration::from_secs(30)))
+//!     .layer(ResponseBodyTimeoutLayer::new(Duration::from_secs(30))) // its body is !Unpin
 //!     .service(client);
 //! let _ = svc.ready().await;
 //! # }

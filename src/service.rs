@@ -55,7 +55,7 @@ impl<S> DrainOnDrop<S> {
 impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for DrainOnDrop<S>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>>,
-    ResBody: Body + Send + Unpin + 'static,
+    ResBody: Body + Send + 'static,
 {
     type Response = Response<DrainBody<ResBody>>;
     type Error = S::Error;

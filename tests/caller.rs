@@ -447,3 +447,41 @@ fn a_body_in_memory_drains_on_a_runtime_and_is_skipped_unread_without_one() {
     let s = settled(&stats);
     assert_eq!((only(&s), s.bytes_drained), (vec![(Reason::EndOfBody, 1)], 1000), "{s:?}");
 }
+
+/// A body below the layer that is not `Unpin` (as tower-http's response body
+/// timeout is): the layer takes it as it is, and drains it.
+#[test]
+fn a_body_that_is_not_unpin_needs_no_adapter_and_drains() {
+    struct Pinned {
+        left: std::cell::Cell<usize>,
+        _pinned: std::marker::PhantomPinned,
+    }
+    impl Body for Pinned {
+        type Data = Bytes;
+        type Error = Infallible;
+
+        fn poll_frame(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+            let left = self.left.get();
+            if left == 0 {
+                return Poll::Ready(None);
+            }
+            self.left.set(left - 1);
+            Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(b"0123456789")))))
+        }
+    }
+    let layer = DrainOnDropLayer::new().max_time(SECONDS);
+    let stats = layer.stats();
+    let body = || Pinned { left: std::cell::Cell::new(100), _pinned: std::marker::PhantomPinned };
+    let mut svc = ServiceBuilder::new().layer(layer).service(serving(1000, body));
+    multi_thread().block_on(async {
+        let mut res = svc.ready().await.unwrap().call(Request::new(())).await.unwrap();
+        assert_eq!(read_one_frame(res.body_mut()).await, Some(10), "read as it is");
+        drop(res);
+        settle(&stats, SECONDS).await;
+    });
+    let s = stats.snapshot();
+    assert_eq!((only(&s), s.bytes_drained), (vec![(Reason::EndOfBody, 1)], 990), "{s:?}");
+}
