@@ -242,18 +242,25 @@ impl DrainOnDropLayer {
     }
 
     /// Puts the drain on a response that did not come through a service
-    /// built from this layer, such as one from `reqwest` (see the README's
-    /// "Using reqwest"). The body is drained on an early drop with this
-    /// layer's budgets, rules and counters, minus what only the request
-    /// could say: a request's `Connection: close` or [`DrainBudget`](crate::DrainBudget), and
-    /// adaptive estimates (the fixed budgets apply). Its headers are not
-    /// trusted to describe the wire framing (reqwest removes
-    /// `Content-Length` from bodies it decompresses), so a body without
-    /// `Content-Length` or chunking is drained within the budgets rather
-    /// than skipped as close-delimited. A body that is not hyper's own is
-    /// never read in the drop: its drain runs on the runtime current here,
-    /// where the response is wrapped, while it runs, else on the one
-    /// current at the drop (see the [crate documentation](crate#runtime)).
+    /// built from this layer: one from reqwest, or from hyper's own
+    /// `client::conn::http1` connections in a pool of yours (see
+    /// [`recipes`](crate::recipes)). The body is drained on an early drop
+    /// with this layer's budgets, rules and counters, minus what only the
+    /// request could say: a request's `Connection: close` or
+    /// [`DrainBudget`](crate::DrainBudget), its origin's round trip, and
+    /// adaptive estimates (the fixed budgets apply: `max_bytes`, and
+    /// `max_time` or its 50 ms default).
+    ///
+    /// hyper's own body (`hyper::body::Incoming`) is framed as its headers
+    /// say, and a close-delimited one is skipped, as for the layer's own
+    /// responses. Any other body's headers are not trusted to describe the
+    /// wire framing (reqwest removes `Content-Length` from bodies it
+    /// decompresses), so a body without `Content-Length` or chunking is
+    /// drained within the budgets rather than skipped as close-delimited. A
+    /// body that is not hyper's own is never read in the drop: its drain
+    /// runs on the runtime current here, where the response is wrapped,
+    /// while it runs, else on the one current at the drop (see the [crate
+    /// documentation](crate#runtime)).
     ///
     /// A response that already carries a drain (it came through a
     /// `DrainOnDrop`, or was wrapped already) is passed through: it is
@@ -274,7 +281,7 @@ impl DrainOnDropLayer {
     where
         B: Body + Send + 'static,
     {
-        DrainBody::wrap(res, RequestInfo::none(&self.shared))
+        DrainBody::wrap(res, RequestInfo::none::<B>(&self.shared))
     }
 }
 

@@ -43,7 +43,8 @@ impl RequestSays {
         RequestSays { close: has_token(headers, "close"), framing_unknown: false }
     }
 
-    /// For a response that came without its request.
+    /// For a response that came without its request, with a body that is
+    /// not hyper's own.
     pub(crate) fn unknown() -> Self {
         RequestSays { close: false, framing_unknown: true }
     }

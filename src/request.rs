@@ -1,5 +1,6 @@
 //! What a response's drain needs from its request, read in `call`.
 
+use std::any::TypeId;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -42,12 +43,18 @@ impl RequestInfo {
         }
     }
 
-    /// For a response that came without its request
-    /// ([`wrap_response`](crate::DrainOnDropLayer::wrap_response)).
-    pub(crate) fn none(shared: &Arc<Shared>) -> Self {
+    /// For a response with a body of type `B` that came without its request
+    /// ([`wrap_response`](crate::DrainOnDropLayer::wrap_response)): framed
+    /// as its headers say only if it is hyper's own body.
+    pub(crate) fn none<B: 'static>(shared: &Arc<Shared>) -> Self {
         let shared = Arc::clone(shared);
         let trace = tracing::enabled!(target: "drain_on_drop", tracing::Level::DEBUG)
             .then(|| Trace::capture(String::new()));
-        RequestInfo { shared, says: RequestSays::unknown(), budget: None, trace, origin: None, sent_at: None }
+        let says = if TypeId::of::<B>() == TypeId::of::<hyper::body::Incoming>() {
+            RequestSays::default()
+        } else {
+            RequestSays::unknown()
+        };
+        RequestInfo { shared, says, budget: None, trace, origin: None, sent_at: None }
     }
 }
