@@ -42,6 +42,49 @@ pub const MIB: usize = 1024 * KIB;
 /// tests of the binary running in parallel).
 pub const SLACK: Duration = Duration::from_secs(5);
 
+/// A time budget no honest drain in these tests reaches: a test that
+/// expects drains to reach the end of their bodies (or connections to be
+/// reused) gives the layer this, so that a slow machine cannot turn a drain
+/// into `over_time`, unless the time budget is what it tests.
+pub const SECONDS: Duration = Duration::from_secs(30);
+
+/// Asserts the connection-count bound of a test that drops bodies early
+/// with the layer and without draining (a layer with `max_bytes(0)`: hyper
+/// alone), in the same run: the layer keeps at least half of the
+/// connections hyper alone loses beyond `control`, what the same requests
+/// cost when every body is read to its end (0 where the test has no such
+/// control). Use it only where hyper alone loses most connections, and only
+/// after asserting that every drain reached the end of its body, with
+/// [`SECONDS`] of time budget.
+///
+/// Why half holds on any machine: every drain reached its end, so every
+/// connection went back to the pool, and hyper-util dials only when a
+/// checkout finds no idle connection. A sequential caller leaves busy only
+/// the connections whose drains still run (or are on their way back to the
+/// pool), so for the layer to lose half of what hyper alone loses, about
+/// that many drains of bodies the local server has already sent would have
+/// to be running at once, while the caller went through as many round
+/// trips on the same runtime. Tokio runs woken tasks in turn: a busy
+/// machine slows the caller and the drains alike, and the extra dials seen
+/// here stay at a few per run (hyper-util's checkout race, which the
+/// read-to-end control shows too). A layer that stops draining, or whose
+/// drains give up, loses about as many as hyper alone and fails.
+#[track_caller]
+pub fn assert_keeps_half(what: &str, layer: usize, alone: usize, control: usize) {
+    let bound = keeps_half_bound(alone, control);
+    assert!(
+        layer <= bound,
+        "{what}: with the layer {layer} connections, at most {bound} expected (read-to-end control \
+         {control}, hyper alone {alone}: the layer keeps at least half of what hyper alone loses)"
+    );
+}
+
+/// The bound of [`assert_keeps_half`]: `control` plus half of what hyper
+/// alone lost beyond it.
+pub fn keeps_half_bound(alone: usize, control: usize) -> usize {
+    control + alone.saturating_sub(control) / 2
+}
+
 /// Byte `i` of the body served for `seed`: a pattern that differs between
 /// bodies and positions, so a misplaced byte is caught.
 pub fn body_byte(seed: u64, i: u64) -> u8 {
@@ -74,6 +117,10 @@ pub enum Step {
     Reset,
     /// Stop writing but keep the connection open until the client closes it.
     Hang,
+    /// Wait until the test sets this flag (its go-ahead), however long that
+    /// takes: a step that happens after something the test did, whatever
+    /// the speed of the machine.
+    Until(Arc<AtomicBool>),
 }
 
 /// The request line the server received.
@@ -220,6 +267,11 @@ async fn serve(mut stream: TcpStream, handler: &Handler) -> std::io::Result<()> 
                     #[allow(deprecated)]
                     let _ = stream.set_linger(Some(Duration::ZERO));
                     return Ok(());
+                }
+                Step::Until(go) => {
+                    while !go.load(Ordering::SeqCst) {
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                    }
                 }
                 Step::Hang => {
                     // Wait for the client to close; discard whatever it sends.
