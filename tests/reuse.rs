@@ -4,9 +4,8 @@
 mod support;
 
 use std::fmt::Write as _;
-use std::time::Duration;
 
-use drain_on_drop::{DrainOnDropLayer, DrainSnapshot};
+use drain_on_drop::{DrainOnDropLayer, DrainSnapshot, Reason};
 use support::*;
 use tower::{Service, ServiceBuilder, ServiceExt};
 
@@ -40,7 +39,7 @@ async fn server(framing: Framing) -> RawServer {
 }
 
 /// Runs `N` sequential requests, dropping each body as `read` says, and
-/// returns (connections opened, snapshot).
+/// returns (connections opened, snapshot once every drain ended).
 async fn run(len: usize, framing: Framing, read: Read, layer: DrainOnDropLayer) -> (usize, DrainSnapshot) {
     let server = server(framing).await;
     let (client, connector) = client();
@@ -60,42 +59,77 @@ async fn run(len: usize, framing: Framing, read: Read, layer: DrainOnDropLayer) 
         }
         drop(body);
     }
-    let snap = settle(&stats, Duration::ZERO).await;
-    let disabled = snap.drained == 0 && snap.skipped > 0;
-    let expected_skips = if disabled { snap.skipped } else { 0 };
-    assert_eq!(
-        (snap.abandoned, snap.skipped, snap.failed),
-        (0, expected_skips, 0),
-        "{len} bytes {framing:?} {read:?}: every early drop within budget is drained: {snap:?}"
-    );
-    assert_eq!(connector.count(), server.accepted(), "the server saw every connection the client opened");
+    let snap = settle(&stats, SECONDS).await;
+    // A dial that lost hyper-util's checkout race completes in the background.
+    wait_for("the server to accept every connection the client opened", SLACK, || {
+        connector.count() == server.accepted()
+    })
+    .await;
     (connector.count(), snap)
 }
 
-/// Runs every case with and without the layer, prints the table, and returns
-/// the cases where the layer opened more than `limit(case)` connections.
-async fn table(runtime: &str, limit: impl Fn(Framing) -> usize) -> Vec<String> {
+/// Runs every case with draining disabled (hyper-util alone), the default
+/// budgets, a time budget of [`SECONDS`] and the read-to-end control, prints
+/// the table, and returns what broke.
+///
+/// The default budgets' columns document what the crate does as shipped:
+/// on a busy machine some 50 ms drains run out of time (`over_time`), and
+/// the connection counts of every column move with hyper-util's checkout
+/// race, so they are reported, not asserted. Asserted, on any machine:
+/// nothing within the byte budget is skipped, failed or given up for its
+/// bytes; with seconds of time budget every early drop is drained; and
+/// where hyper alone loses most connections, the layer keeps at least half
+/// of them ([`assert_keeps_half`]).
+async fn table(runtime: &str) -> Vec<String> {
     let mut table = format!(
         "{runtime} runtime, {N} sequential requests, new connections:\n\
-         | unread body | framing | read before drop | draining disabled (= hyper-util alone) | with DrainOnDropLayer | read-to-end control | drained | bytes drained |\n\
-         |---|---|---|---|---|---|---|---|\n"
+         | unread body | framing | read before drop | draining disabled (= hyper-util alone) | default budgets (256 KiB, 50 ms) | default: drained, over_time | max_time {SECONDS:?} | read-to-end control | bytes drained ({SECONDS:?}) |\n\
+         |---|---|---|---|---|---|---|---|---|\n"
     );
     let mut failures = Vec::new();
     for kib in [1, 16, 64, 128, 256] {
         for framing in [Framing::ContentLength, Framing::Chunked] {
             for read in [Read::Unread, Read::OneFrame] {
+                let case = format!("{kib} KiB {framing:?} {read:?}");
+                let len = kib * KIB;
                 // Draining disabled: the body is dropped at once, as with hyper-util alone.
-                let (alone, _) = run(kib * KIB, framing, read, DrainOnDropLayer::new().max_bytes(0)).await;
-                let (conns, snap) = run(kib * KIB, framing, read, DrainOnDropLayer::new()).await;
-                let (control, _) = run(kib * KIB, framing, Read::ToEnd, DrainOnDropLayer::new()).await;
+                let (alone, off) = run(len, framing, read, DrainOnDropLayer::new().max_bytes(0)).await;
+                let (default, d) = run(len, framing, read, DrainOnDropLayer::new()).await;
+                let (seconds, s) = run(len, framing, read, DrainOnDropLayer::new().max_time(SECONDS)).await;
+                let (control, c) = run(len, framing, Read::ToEnd, DrainOnDropLayer::new()).await;
                 writeln!(
                     table,
-                    "| {kib} KiB | {framing:?} | {read:?} | {alone} | {conns} | {control} | {} | {} |",
-                    snap.drained, snap.bytes_drained
+                    "| {kib} KiB | {framing:?} | {read:?} | {alone} | {default} | {}, {} | {seconds} | {control} | {} |",
+                    d.drained,
+                    d.count(Reason::OverTime),
+                    s.bytes_drained
                 )
                 .unwrap();
-                if conns > limit(framing) {
-                    failures.push(format!("{kib} KiB {framing:?} {read:?}: {conns} connections"));
+                if (off.drained, off.abandoned, off.failed) != (0, 0, 0) {
+                    failures.push(format!("{case}, draining disabled: every early drop skipped: {off:?}"));
+                }
+                // Within the byte budget, only a slow machine's clock can end
+                // a 50 ms drain early.
+                if (d.skipped, d.failed, d.abandoned) != (0, 0, d.count(Reason::OverTime)) {
+                    failures.push(format!(
+                        "{case}, default budgets: nothing skipped, failed or over bytes: {d:?}"
+                    ));
+                }
+                if (s.abandoned, s.skipped, s.failed) != (0, 0, 0) {
+                    failures.push(format!("{case}, max_time {SECONDS:?}: every early drop drained: {s:?}"));
+                }
+                if c != DrainSnapshot::default() {
+                    failures.push(format!("{case}, read to the end: nothing to count: {c:?}"));
+                }
+                // Where hyper alone loses most connections; elsewhere (bodies
+                // hyper finishes by itself) the counts are the checkout
+                // race's, and `small_bodies_cost_no_more_connections_than_hyper_alone`
+                // compares them.
+                if alone >= N / 2 && seconds > keeps_half_bound(alone, control) {
+                    failures.push(format!(
+                        "{case}: max_time {SECONDS:?} opened {seconds} connections, read-to-end {control}, \
+                         hyper alone {alone}: the layer keeps at least half of what hyper alone loses"
+                    ));
                 }
             }
         }
@@ -104,25 +138,24 @@ async fn table(runtime: &str, limit: impl Fn(Framing) -> usize) -> Vec<String> {
     failures
 }
 
-/// On a current-thread runtime every case stays at hyper-util's floor of 2
-/// (its checkout races a dial while the first drain runs).
+/// On a current-thread runtime the layer stays at hyper-util's floor on a
+/// quiet machine (2: its checkout races a dial while the first drain runs).
 #[tokio::test]
 async fn dropped_bodies_within_budget_reuse_the_connection() {
-    let failures = table("current_thread", |_| 2).await;
-    assert!(failures.is_empty(), "more than 2 connections per {N} requests: {failures:?}");
+    let failures = table("current_thread").await;
+    assert!(failures.is_empty(), "{failures:#?}");
 }
 
 /// On a multi-thread runtime hyper-util's checkout races a dial whenever no
 /// connection is idle at that instant, so even the read-to-end control opens
 /// 2 to 3 connections when the machine is busy, and a drain of many chunked
 /// frames still running when the request after next checks out adds one or
-/// two more: measured 2 to 5 (Go 1.27 publishes 16 for 256 KiB). The bound
-/// here is loose enough for a loaded 2-core CI machine and still far from
-/// the 100 of hyper-util alone.
+/// two more: measured 2 to 5 on a quiet machine (Go 1.27 publishes 16 for
+/// 256 KiB), more on a busy one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropped_bodies_within_budget_reuse_the_connection_multi_thread() {
-    let failures = table("multi_thread (2 workers)", |_| 8).await;
-    assert!(failures.is_empty(), "too many connections per {N} requests: {failures:?}");
+    let failures = table("multi_thread (2 workers)").await;
+    assert!(failures.is_empty(), "{failures:#?}");
 }
 
 /// A raw server answering `Content-Length: 1 KiB` with the head and body in
@@ -158,11 +191,14 @@ async fn small_bodies_dropped(split: bool, layer: Option<DrainOnDropLayer>) -> u
             for _ in 0..N {
                 drop_unread(&mut svc, get(server.uri("/"))).await;
             }
-            let s = settle(&stats, Duration::ZERO).await;
+            let s = settle(&stats, SECONDS).await;
             assert_eq!(s.drained, N as u64, "split {split}: every small body drained: {s:?}");
         }
     }
-    assert_eq!(connector.count(), server.accepted());
+    wait_for("the server to accept every connection the client opened", SLACK, || {
+        connector.count() == server.accepted()
+    })
+    .await;
     server.accepted()
 }
 
@@ -188,7 +224,7 @@ async fn small_bodies_cost_no_more_connections_than_hyper_alone() {
         let (mut alone, mut with_layer) = (Vec::new(), Vec::new());
         for _ in 0..RUNS {
             alone.push(small_bodies_dropped(split, None).await);
-            let layer = DrainOnDropLayer::new().max_time(Duration::from_secs(30));
+            let layer = DrainOnDropLayer::new().max_time(SECONDS);
             with_layer.push(small_bodies_dropped(split, Some(layer)).await);
         }
         let (a, l) = (alone.iter().sum::<usize>(), with_layer.iter().sum::<usize>());
