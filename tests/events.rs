@@ -13,7 +13,7 @@ use drain_on_drop::DrainOnDropLayer;
 use http_body_util::BodyExt;
 use tower::{Service, ServiceBuilder, ServiceExt};
 
-use support::{big_or_small, client, wait_for};
+use support::{SECONDS, big_or_small, client, wait_for};
 
 const SLACK: Duration = Duration::from_secs(5);
 
@@ -92,7 +92,8 @@ fn drop_events_are_emitted_in_the_request_span_with_origin_and_status() {
     let port = rt.block_on(async {
         let server = big_or_small(1000).await;
         let (client, _) = client();
-        let layer = DrainOnDropLayer::new();
+        // Seconds of time budget: the small body is drained on any machine.
+        let layer = DrainOnDropLayer::new().max_time(SECONDS);
         let stats = layer.stats();
         let mut svc = ServiceBuilder::new()
             .layer(tower_http::trace::TraceLayer::new_for_http())
