@@ -13,7 +13,6 @@ use drain_on_drop::{ConnectionReuse, DrainBudget, DrainOnDropLayer, Reason};
 use http::{Request, Response};
 use http_body_util::{Empty, Full};
 use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use hyper_util::service::TowerToHyperService;
 use support::*;
@@ -33,14 +32,18 @@ async fn per_request_budget_overrides_the_layer() {
     let stats = layer.stats();
     let mut svc = ServiceBuilder::new().layer(layer).service(client);
 
-    let big = DrainBudget::new(2 * MIB as u64, Duration::from_secs(5));
-    for _ in 0..5 {
+    let big = DrainBudget::new(2 * MIB as u64, SECONDS);
+    for i in 0..5 {
+        // From the second request on, dials are held: only the pooled
+        // connection can serve it (a held dial fails after 10 s).
+        connector.hold(i > 0);
         drop_unread(&mut svc, get_with_budget(server.uri("/"), big)).await;
         settle(&stats, big.max_time()).await;
     }
+    connector.hold(false);
     let snap = stats.snapshot();
     assert_eq!(snap.drained, 5, "the request's 2 MiB budget drains 1 MiB bodies: {snap:?}");
-    assert!(connector.count() <= 2, "reused: {} connections", connector.count());
+    assert_eq!(connector.count(), 1, "reused: {} connections", connector.count());
 
     // A fresh pool, so that no idle connection from above is handed out.
     let (fresh, connector) = support::client();
@@ -69,7 +72,9 @@ async fn event_stream_server() -> RawServer {
 
 /// Reads three events, drops the stream, and returns the layer's stats
 /// right after the drop and once everything ended.
-async fn cancel_stream(layer: DrainOnDropLayer) -> (u64, drain_on_drop::DrainSnapshot, RawServer) {
+async fn cancel_stream(
+    layer: DrainOnDropLayer,
+) -> (drain_on_drop::DrainSnapshot, drain_on_drop::DrainSnapshot, RawServer) {
     let server = event_stream_server().await;
     let (client, _) = client();
     let stats = layer.stats();
@@ -80,45 +85,57 @@ async fn cancel_stream(layer: DrainOnDropLayer) -> (u64, drain_on_drop::DrainSna
         read_one_frame(&mut body).await.expect("an event");
     }
     drop(body);
-    let in_flight_after_drop = stats.snapshot().in_flight;
-    settle(&stats, Duration::from_millis(50)).await;
+    let after_drop = stats.snapshot();
+    settle(&stats, SECONDS).await;
     wait_for("the server to see the stream closed", SLACK, || {
         server.write_failures.load(Ordering::SeqCst) == 1
     })
     .await;
-    (in_flight_after_drop, stats.snapshot(), server)
+    (after_drop, stats.snapshot(), server)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn event_streams_are_closed_at_once_instead_of_burning_the_time_budget() {
-    let (in_flight, snap, _server) = cancel_stream(DrainOnDropLayer::new()).await;
-    assert_eq!(in_flight, 0, "no background task for a cancelled stream");
+    let (dropped, snap, _server) = cancel_stream(DrainOnDropLayer::new()).await;
+    assert_eq!((dropped.in_flight, dropped.count(Reason::Stream)), (0, 1), "skipped in the drop, no task");
     assert_eq!((snap.count(Reason::Stream), snap.skipped, snap.bytes_drained), (1, 1, 0), "{snap:?}");
 
-    // Turned off, the stream is drained like any body until the time budget.
+    // Turned off, the stream is drained like any body until the time budget
+    // (it never ends): a drain task holds it, still running right after the
+    // drop, or already given up if a busy machine ran it out of time first.
     let layer = DrainOnDropLayer::new().stream_content_types(Vec::<String>::new());
-    let (in_flight, snap, _server) = cancel_stream(layer).await;
-    assert_eq!(in_flight, 1, "a drain task holds the stream for up to 50 ms");
+    let (dropped, snap, _server) = cancel_stream(layer).await;
+    assert_eq!(
+        (dropped.in_flight + dropped.count(Reason::OverTime), dropped.skipped),
+        (1, 0),
+        "a drain started: {dropped:?}"
+    );
     assert_eq!((snap.count(Reason::OverTime), snap.abandoned), (1, 1), "{snap:?}");
 }
 
 #[tokio::test]
 async fn observer_tags_every_response_with_its_connection() {
     let server = RawServer::start(|_| content_length(0, 32 * KIB)).await;
-    let layer = DrainOnDropLayer::new();
+    // Seconds of time budget: every drain ends, and its connection is back.
+    let layer = DrainOnDropLayer::new().max_time(SECONDS);
     let stats = layer.stats();
-    let connector = layer.observe(HttpConnector::new());
+    let counting = CountingConnector::new();
+    let connector = layer.observe(counting.clone());
     let client = Client::builder(TokioExecutor::new()).build::<_, Empty<Bytes>>(connector);
     let mut svc = ServiceBuilder::new().layer(layer).service(client);
 
     let mut seen = Vec::new();
-    for _ in 0..20 {
+    for i in 0..20 {
+        // From the second request on, dials are held: each is served by the
+        // pooled connection, which the tag must say.
+        counting.hold(i > 0);
         let res = svc.ready().await.unwrap().call(get(server.uri("/"))).await.unwrap();
         let conn = *res.extensions().get::<ConnectionReuse>().expect("tagged");
         seen.push(conn);
         drop(res);
     }
-    settle(&stats, Duration::from_millis(50)).await;
+    counting.hold(false);
+    settle(&stats, SECONDS).await;
     let snap = stats.reuse();
     assert!(!seen[0].reused && seen[0].previous_responses == 0, "the first response is on a new connection");
     let new = seen.iter().filter(|c| !c.reused).count() as u64;
@@ -129,7 +146,7 @@ async fn observer_tags_every_response_with_its_connection() {
         server.accepted() as u64,
         "the observer counts what the server accepts"
     );
-    assert!(snap.connections_opened <= 2, "{snap:?}");
+    assert_eq!((snap.connections_opened, new), (1, 1), "one connection, then only pooled ones: {snap:?}");
     assert!(seen.iter().all(|c| c.setup_time > Duration::ZERO && c.id >= 1));
 }
 
@@ -179,14 +196,19 @@ async fn follow_redirect_bodies_are_drained() {
             connector.count()
         }
     };
-    let layer = DrainOnDropLayer::new();
+    // Seconds of time budget: every 301 body is drained on any machine.
+    let layer = DrainOnDropLayer::new().max_time(SECONDS);
     let stats = layer.stats();
     let with_layer = run(layer).await;
-    let snap = settle(&stats, Duration::from_millis(50)).await;
+    let snap = settle(&stats, SECONDS).await;
     assert_eq!(snap.drained, 20, "each 301 body was drained: {snap:?}");
-    assert!(with_layer <= 2, "40 requests on at most 2 connections, got {with_layer}");
     let without = run(DrainOnDropLayer::new().max_bytes(0)).await;
+    println!("40 requests: {with_layer} connections with the layer, {without} without draining");
     assert!(without >= 20, "without draining each redirect costs a connection, got {without}");
+    // The redirect goes out as soon as the 301 is dropped, while its drain
+    // runs (1 or 2 connections on a quiet machine). Against the same run
+    // without draining:
+    assert_keeps_half("20 redirects followed", with_layer, without, 0);
 }
 
 /// `len` pseudo-random bytes: they do not compress, so the gzip body on the
@@ -223,10 +245,10 @@ async fn gzip_server(len: usize) -> (std::net::SocketAddr, Arc<AtomicUsize>) {
 async fn decompression_and_trace_above_the_layer() {
     let (addr, accepted) = gzip_server(200 * KIB).await;
     // The server compresses on the fly (slow in a debug build on a busy
-    // machine): a generous time budget keeps this about composition.
-    let layer = DrainOnDropLayer::new().max_time(Duration::from_secs(5));
+    // machine): seconds of time budget keep this about composition.
+    let layer = DrainOnDropLayer::new().max_time(SECONDS);
     let stats = layer.stats();
-    let (client, _) = client();
+    let (client, connector) = client();
     let mut svc = ServiceBuilder::new()
         .layer(tower_http::trace::TraceLayer::new_for_http())
         .layer(tower_http::decompression::DecompressionLayer::new())
@@ -234,6 +256,9 @@ async fn decompression_and_trace_above_the_layer() {
         .service(client);
     let uri: http::Uri = format!("http://{addr}/").parse().unwrap();
     for i in 0..10 {
+        // From the second request on, dials are held: only the pooled
+        // connection can serve it (a held dial fails after 10 s).
+        connector.hold(i > 0);
         let res = svc.ready().await.unwrap().call(get(uri.clone())).await.unwrap();
         if i % 2 == 0 {
             let bytes = read_all(res.into_body()).await.unwrap();
@@ -244,9 +269,10 @@ async fn decompression_and_trace_above_the_layer() {
             drop(body);
         }
     }
-    let snap = settle(&stats, Duration::from_secs(5)).await;
+    connector.hold(false);
+    let snap = settle(&stats, SECONDS).await;
     assert_eq!(snap.drained, 5, "the 5 dropped gzip bodies were drained: {snap:?}");
     assert_eq!((snap.failed, snap.abandoned, snap.skipped), (0, 0, 0), "{snap:?}");
     assert!(snap.bytes_drained > 5 * 100 * KIB as u64, "compressed bytes were drained: {snap:?}");
-    assert!(accepted.load(Ordering::SeqCst) <= 2, "reused: {} connections", accepted.load(Ordering::SeqCst));
+    assert_eq!(accepted.load(Ordering::SeqCst), 1, "reused: one connection for the ten");
 }
