@@ -87,28 +87,35 @@ async fn run(layer: DrainOnDropLayer) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retried_503_bodies_are_drained_below_retry_and_timeout() {
-    let layer = DrainOnDropLayer::new();
+    // Seconds of time budget: every discarded 503 is drained on any machine.
+    let layer = DrainOnDropLayer::new().max_time(SECONDS);
     let stats = layer.stats();
     let with_layer = run(layer).await;
-    let snap = settle(&stats, Duration::ZERO).await;
+    let snap = settle(&stats, SECONDS).await;
     assert_eq!(snap.drained, 40, "each of the 40 discarded 503s was drained: {snap:?}");
-    assert!(with_layer <= 3, "60 HTTP requests on at most 3 connections, got {with_layer}");
 
     let without = run(DrainOnDropLayer::new().max_bytes(0)).await;
+    println!("60 HTTP requests: {with_layer} connections with the layer, {without} without draining");
     assert!(without >= 20, "without draining each discarded 503 costs a connection, got {without}");
+    // A retry goes out as soon as its 503 is dropped, while that drain runs:
+    // hyper-util dials when no other connection is idle (1 to 3 connections
+    // on a quiet machine). Against the same run without draining:
+    assert_keeps_half("60 HTTP requests, 40 discarded 503s", with_layer, without, 0);
 }
 
 /// The timeout above the layer bounds the wait for the response head only:
 /// a stalled body dropped after the timeout's future completed is drained
-/// under the layer's own `max_time`.
+/// under the layer's own `max_time`, longer than the timeout.
+///
+/// The slow head never comes, so the timeout always fires; the stalled
+/// body's head comes at once, which the timeout (1 s) leaves a busy
+/// machine ample time for; and the stalled drain can only end on its time
+/// budget.
 #[tokio::test]
 async fn timeout_above_the_layer_does_not_bound_the_background_drain() {
     let server = RawServer::start(|head| {
         if head.path == "/slow-head" {
-            vec![
-                Step::Sleep(Duration::from_secs(5)),
-                Step::Write(b"HTTP/1.1 204 No Content\r\n\r\n".to_vec()),
-            ]
+            vec![Step::Hang]
         } else {
             let mut out = b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n".to_vec();
             out.extend(body_bytes(0, 10));
@@ -117,15 +124,16 @@ async fn timeout_above_the_layer_does_not_bound_the_background_drain() {
     })
     .await;
     let (client, _) = client();
-    let layer = DrainOnDropLayer::new().max_time(Duration::from_millis(200));
+    let (timeout, max_time) = (Duration::from_secs(1), Duration::from_secs(2));
+    let layer = DrainOnDropLayer::new().max_time(max_time);
     let stats = layer.stats();
-    let mut svc = ServiceBuilder::new().timeout(Duration::from_millis(100)).layer(layer).service(client);
+    let mut svc = ServiceBuilder::new().timeout(timeout).layer(layer).service(client);
 
     let err: BoxError = svc.ready().await.unwrap().call(get(server.uri("/slow-head"))).await.unwrap_err();
     assert!(err.is::<tower::timeout::error::Elapsed>(), "the head took too long: {err}");
     assert_eq!(stats.snapshot().in_flight, 0, "no body, nothing to drain");
 
     drop_unread(&mut svc, get(server.uri("/stall"))).await;
-    let snap = settle(&stats, Duration::from_millis(200)).await;
+    let snap = settle(&stats, max_time).await;
     assert_eq!((snap.count(Reason::OverTime), snap.abandoned), (1, 1), "given up on time: {snap:?}");
 }

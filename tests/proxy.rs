@@ -4,6 +4,8 @@
 //! the upstream body. Connections are counted where they are accepted, at the
 //! upstream server.
 
+mod support;
+
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -202,9 +204,9 @@ async fn run(upstream: &Upstream, proxy: SocketAddr, stats: Option<&DrainStats>)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn downstream_hang_ups_keep_upstream_connections_with_the_layer() {
     let upstream = Upstream::start().await;
-    // A generous time budget: this test is about reuse, not about budgets,
+    // Seconds of time budget: this test is about reuse, not about budgets,
     // and a loaded machine must not turn a drain into an abandon.
-    let layer = DrainOnDropLayer::new().max_time(Duration::from_secs(5));
+    let layer = DrainOnDropLayer::new().max_time(support::SECONDS);
     let stats = layer.stats();
     let client = Client::builder(TokioExecutor::new()).build_http::<Body>();
     let client = ServiceBuilder::new().layer(layer).service(client);
@@ -221,9 +223,19 @@ async fn downstream_hang_ups_keep_upstream_connections_with_the_layer() {
         s.bytes_drained >= (REQUESTS * CHUNK * (CHUNKS - 1)) as u64 / 2,
         "the drains should have read most of the 15 chunks each body had left: {s:?}"
     );
-    assert!(
-        connections <= 3,
-        "{REQUESTS} hang-ups with the layer should reuse the upstream connections, but the upstream accepted {connections}"
+    // The control, in the same run: the same hang-ups through a proxy without
+    // the layer. Each request waits for the previous drain, so what is left
+    // is hyper-util's checkout race with the connection's way back to the
+    // pool (1 to 3 connections on a quiet machine).
+    let upstream = Upstream::start().await;
+    let client = Client::builder(TokioExecutor::new()).build_http::<Body>();
+    let without = run(&upstream, start_proxy(&upstream, client).await, None).await;
+    eprintln!("without the layer: {without} upstream connections");
+    support::assert_keeps_half(
+        &format!("{REQUESTS} downstream hang-ups through the proxy"),
+        connections,
+        without,
+        0,
     );
 }
 
