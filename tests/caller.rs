@@ -277,11 +277,15 @@ fn the_time_budget_bounds_a_drain_to_one_frame_past_it() {
 /// Every way of wrapping one response twice: the layer's service and then
 /// `wrap_response`, `wrap_response` twice, two layers, two layers with a
 /// `Buffer` (another task) between them. Each stalled body is counted once
-/// (one `over_time`), and read once (512 bytes).
+/// (one `over_time`), and read once (the 512 bytes that came with its head:
+/// two seconds of time budget leave a busy machine ample time to read them
+/// before the stall runs the drain out of time). The four drains run side
+/// by side.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_response_drains_once_however_it_was_wrapped() {
     let server = RawServer::start(stalls).await;
-    let max_time = Duration::from_millis(300);
+    let max_time = Duration::from_secs(2);
+    let layer = || DrainOnDropLayer::new().max_time(max_time);
     let once = |stats: &[&DrainStats], how: &str| {
         let totals: Vec<_> = stats.iter().map(|s| s.snapshot()).collect();
         let over_time: u64 = totals.iter().map(|s| s.count(Reason::OverTime)).sum();
@@ -290,38 +294,43 @@ async fn a_response_drains_once_however_it_was_wrapped() {
         assert_eq!((counted, over_time, bytes), (1, 1, 512), "{how}: one drain: {totals:?}");
     };
 
-    let layer = DrainOnDropLayer::new().max_time(max_time);
-    let stats = layer.stats();
-    let mut svc = layer.clone().layer(client().0);
+    // The layer's service, then wrap_response.
+    let service_then_wrap = layer();
+    let mut svc = service_then_wrap.clone().layer(client().0);
     let res = svc.ready().await.unwrap().call(get(server.uri("/"))).await.unwrap();
-    drop(layer.wrap_response(res));
-    settle(&stats, max_time).await;
-    once(&[&stats], "the layer's service, then wrap_response");
+    drop(service_then_wrap.wrap_response(res));
 
-    let layer = DrainOnDropLayer::new().max_time(max_time);
-    let stats = layer.stats();
+    // wrap_response twice.
+    let wrap_twice = layer();
     let mut bare = client().0;
     let res = bare.ready().await.unwrap().call(get(server.uri("/"))).await.unwrap();
-    drop(layer.wrap_response(layer.wrap_response(res)));
-    settle(&stats, max_time).await;
-    once(&[&stats], "wrap_response twice");
+    drop(wrap_twice.wrap_response(wrap_twice.wrap_response(res)));
 
-    let (outer, inner) =
-        (DrainOnDropLayer::new().max_time(max_time), DrainOnDropLayer::new().max_time(max_time));
-    let (outer_stats, inner_stats) = (outer.stats(), inner.stats());
-    let mut svc = ServiceBuilder::new().layer(outer.clone()).layer(inner.clone()).service(client().0);
-    drop(svc.ready().await.unwrap().call(get(server.uri("/"))).await.unwrap());
-    settle(&inner_stats, max_time).await;
-    once(&[&outer_stats, &inner_stats], "two layers");
-    assert_eq!(inner_stats.snapshot().count(Reason::OverTime), 1, "the innermost owns the drain");
+    // Two layers.
+    let (outer, inner) = (layer(), layer());
+    let mut two = ServiceBuilder::new().layer(outer.clone()).layer(inner.clone()).service(client().0);
+    drop(two.ready().await.unwrap().call(get(server.uri("/"))).await.unwrap());
 
-    let (outer, inner) =
-        (DrainOnDropLayer::new().max_time(max_time), DrainOnDropLayer::new().max_time(max_time));
-    let (outer_stats, inner_stats) = (outer.stats(), inner.stats());
-    let mut svc = ServiceBuilder::new().layer(outer).buffer(4).layer(inner).service(client().0);
-    drop(svc.ready().await.unwrap().call(get(server.uri("/"))).await.unwrap());
-    settle(&inner_stats, max_time).await;
-    once(&[&outer_stats, &inner_stats], "two layers with a Buffer between them");
+    // Two layers with a Buffer between them.
+    let (buffered_outer, buffered_inner) = (layer(), layer());
+    let mut buffered = ServiceBuilder::new()
+        .layer(buffered_outer.clone())
+        .buffer(4)
+        .layer(buffered_inner.clone())
+        .service(client().0);
+    drop(buffered.ready().await.unwrap().call(get(server.uri("/"))).await.unwrap());
+
+    let stats = [&service_then_wrap, &wrap_twice, &outer, &inner, &buffered_outer, &buffered_inner]
+        .map(|l| l.stats());
+    for s in &stats {
+        settle(s, max_time).await;
+    }
+    let [service_then_wrap, wrap_twice, outer, inner, buffered_outer, buffered_inner] = &stats;
+    once(&[service_then_wrap], "the layer's service, then wrap_response");
+    once(&[wrap_twice], "wrap_response twice");
+    once(&[outer, inner], "two layers");
+    assert_eq!(inner.snapshot().count(Reason::OverTime), 1, "the innermost owns the drain");
+    once(&[buffered_outer, buffered_inner], "two layers with a Buffer between them");
 }
 
 // Why 6: reasons that are true.
