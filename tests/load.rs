@@ -107,10 +107,13 @@ async fn flood(total: usize) {
         s.count(Reason::OverTime) + refused,
         "drains that ran ended on the time budget, the cap refused the rest: {s:?}"
     );
-    assert!(
-        s.count(Reason::OverTime) > 0 && refused > 0,
-        "the flood both drained up to the cap and was refused beyond it: {s:?}"
-    );
+    assert!(s.count(Reason::OverTime) > 0, "drains ran, and ended on the time budget: {s:?}");
+    // Whether the flood outran the cap (`refused` > 0) depends on how many
+    // drops this machine issues within one 50 ms drain, so it is printed,
+    // not asserted: a busy machine may never reach the cap here. That the
+    // cap, once reached, refuses the drops beyond it is asserted on any
+    // machine by `tests/adversarial/concurrency.rs`.
+    println!("refused by the cap: {refused} of {total}");
     assert!(
         s.bytes_drained <= 512 * (s.count(Reason::OverTime) + s.count(Reason::CannotWait)),
         "a skipped drop read nothing: {s:?}"
