@@ -72,9 +72,10 @@ where
             if let Some(sent_at) = request.sent_at {
                 origin.record_head(sent_at.elapsed());
             }
-            if let Some(conn) = reuse {
-                origin.record_connection(conn.reused, conn.setup_time);
-            }
+            origin.record_connection(reuse.map(|conn| (conn.reused, conn.setup_time)));
+        }
+        if reuse.is_none() && request.shared.config.adaptive {
+            request.shared.warn_unobserved_once();
         }
         // Nothing is left to drain (HEAD, 204, 304, `Content-Length: 0`): no
         // state, nothing at the drop.

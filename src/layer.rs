@@ -181,7 +181,10 @@ impl DrainOnDropLayer {
     /// default budget and what 100 Mbit/s moves in that time, so adaptive
     /// mode is never below the default on a short run. Without an observer,
     /// or before the origin's first new connection, the default budget
-    /// applies.
+    /// applies: an adaptive layer that serves a response no observer tagged
+    /// says so once, in a WARN event (target `drain_on_drop`), and
+    /// [`origins`](Self::origins) shows why each origin has no estimate
+    /// ([`Adaptive`](crate::Adaptive)).
     ///
     /// [`max_bytes`](Self::max_bytes) and [`max_time`](Self::max_time), when
     /// set, are hard ceilings (and the fixed budgets); otherwise the
@@ -234,7 +237,7 @@ impl DrainOnDropLayer {
     /// recently used forgotten first; never the userinfo.
     pub fn origins(&self) -> Vec<OriginSnapshot> {
         let config = &self.shared.config;
-        self.shared.origins.snapshot(|origin| {
+        self.shared.origins.snapshot(config.adaptive, |origin| {
             let adaptive = |default| origin.adaptive_budget_now(config.ceiling(), default, config.max_bytes);
             let (budget, adaptive) = policy::origin_budget(config, origin, adaptive);
             (adaptive || !config.explicit_time).then_some(budget)

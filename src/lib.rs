@@ -191,30 +191,10 @@
 //! background, under its own `max_time`. Decompression goes above it, so
 //! that budgets count wire bytes.
 //!
-//! Any body type works below it: the layer keeps the inner body in a box of
-//! its own (one allocation per response), so a body that is not `Unpin`,
-//! such as the one of tower-http's response body timeout, needs no
-//! adapter:
-//!
-//! ```
-//! # use std::time::Duration;
-//! # use drain_on_drop::DrainOnDropLayer;
-//! # use http_body_util::Empty;
-//! # use hyper::body::Bytes;
-//! # use hyper_util::client::legacy::Client;
-//! # use hyper_util::rt::TokioExecutor;
-//! use tower::{ServiceBuilder, ServiceExt};
-//! use tower_http::timeout::ResponseBodyTimeoutLayer;
-//!
-//! # async fn run() {
-//! # let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
-//! let mut svc = ServiceBuilder::new()
-//!     .layer(DrainOnDropLayer::new())
-//!     .layer(ResponseBodyTimeoutLayer::new(Duration::from_secs(30))) // its body is !Unpin
-//!     .service(client);
-//! let _ = svc.ready().await;
-//! # }
-//! ```
+//! Any `Send` body works below it, `Unpin` or not (tower-http's response
+//! body timeout, whose body holds a `PhantomPinned`, needs no adapter): the
+//! layer keeps the inner body in a box of its own, one allocation per
+//! response. [`recipes`] has a whole tower-http stack in that order.
 //!
 //! # Example
 //!
@@ -318,7 +298,7 @@ pub use body::DrainBody;
 pub use budget::DrainBudget;
 pub use layer::DrainOnDropLayer;
 pub use observe::{ConnectionReuse, ObserveConnector};
-pub use origin::OriginSnapshot;
+pub use origin::{Adaptive, OriginSnapshot};
 pub use outcome::{Outcome, Reason};
 pub use service::DrainOnDrop;
 pub use stats::{DrainSnapshot, DrainStats, ReuseSnapshot};

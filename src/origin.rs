@@ -193,6 +193,8 @@ struct Estimates {
     /// budget handed out, before any measurement).
     throughput_at: Option<Instant>,
     reused_responses: u64,
+    /// Responses on connections no observer tagged.
+    unobserved_responses: u64,
     /// Early drops that missed since the last one that drained (see
     /// [`PROBE_EVERY`]).
     misses: u32,
@@ -287,14 +289,14 @@ impl Origin {
         self.estimates().round_trip()
     }
 
-    /// Records what the observer said about a response's connection: a new
-    /// connection's setup time, or one more reused response.
-    pub(crate) fn record_connection(&self, reused: bool, setup_time: Duration) {
+    /// Records what the observer said about a response's connection (whether
+    /// it was reused, and its setup time), or that no observer said anything.
+    pub(crate) fn record_connection(&self, observed: Option<(bool, Duration)>) {
         let mut est = self.estimates();
-        if reused {
-            est.reused_responses += 1;
-        } else {
-            est.connect.add(setup_time.as_secs_f64());
+        match observed {
+            Some((true, _)) => est.reused_responses += 1,
+            Some((false, setup_time)) => est.connect.add(setup_time.as_secs_f64()),
+            None => est.unobserved_responses += 1,
         }
     }
 
@@ -376,11 +378,19 @@ impl Origin {
         }
     }
 
-    /// The origin's estimates, with the budget `budget` says it gets now.
-    fn snapshot(&self, budget: impl Fn(&Origin) -> Option<DrainBudget>) -> OriginSnapshot {
+    /// The origin's estimates, with the budget `budget` says it gets now, in
+    /// adaptive mode when `adaptive`.
+    fn snapshot(&self, adaptive: bool, budget: impl Fn(&Origin) -> Option<DrainBudget>) -> OriginSnapshot {
         let budget = budget(self);
         let est = self.estimates();
+        let adaptive = match (adaptive, est.setup_cost(), est.unobserved_responses) {
+            (false, ..) => Adaptive::Off,
+            (true, Some(_), _) => Adaptive::Measured,
+            (true, None, 0) => Adaptive::AwaitingNewConnection,
+            (true, None, _) => Adaptive::NoObserver,
+        };
         OriginSnapshot {
+            adaptive,
             origin: self.key.to_string(),
             round_trip: est.round_trip(),
             setup_cost: est.setup_cost().map(Duration::from_secs_f64),
@@ -403,11 +413,35 @@ impl Origin {
     }
 }
 
+/// Where an origin stands in adaptive mode
+/// ([`DrainOnDropLayer::adaptive`](crate::DrainOnDropLayer::adaptive)):
+/// whether its drops get the adaptive budget, and if not, why.
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Adaptive {
+    /// Adaptive mode is off: the default budget applies.
+    Off,
+    /// Adaptive mode is on, and the origin's setup cost was measured: the
+    /// adaptive budget applies.
+    Measured,
+    /// Adaptive mode is on, but this origin's responses came on connections
+    /// no [`ObserveConnector`](crate::ObserveConnector) opened, so nothing
+    /// measures what a new connection costs: the default budget applies.
+    /// Wrap the client's connector with
+    /// [`DrainOnDropLayer::observe`](crate::DrainOnDropLayer::observe).
+    NoObserver,
+    /// Adaptive mode is on and observed, but no new connection to this
+    /// origin was measured yet: the default budget applies until one is.
+    AwaitingNewConnection,
+}
+
 /// The estimates of one origin at one moment; see
 /// [`DrainOnDropLayer::origins`](crate::DrainOnDropLayer::origins).
 #[non_exhaustive]
 #[derive(Clone, Debug, PartialEq)]
 pub struct OriginSnapshot {
+    /// Whether the adaptive budget applies to this origin, and if not, why.
+    pub adaptive: Adaptive,
     /// `scheme://host:port`, never the userinfo.
     pub origin: String,
     /// Estimated round trip: the shortest time from a request's call to its
@@ -483,10 +517,14 @@ impl Origins {
     }
 
     /// Every origin's estimates, sorted by origin, each with the budget
-    /// `budget` gives it.
-    pub(crate) fn snapshot(&self, budget: impl Fn(&Origin) -> Option<DrainBudget>) -> Vec<OriginSnapshot> {
+    /// `budget` gives it, in adaptive mode when `adaptive`.
+    pub(crate) fn snapshot(
+        &self,
+        adaptive: bool,
+        budget: impl Fn(&Origin) -> Option<DrainBudget>,
+    ) -> Vec<OriginSnapshot> {
         let origins: Vec<Arc<Origin>> = self.table().values().cloned().collect();
-        let mut out: Vec<_> = origins.iter().map(|o| o.snapshot(&budget)).collect();
+        let mut out: Vec<_> = origins.iter().map(|o| o.snapshot(adaptive, &budget)).collect();
         out.sort_by(|a, b| a.origin.cmp(&b.origin));
         out
     }
@@ -543,14 +581,14 @@ mod tests {
     fn no_budget_without_a_measured_setup_cost() {
         let o = origin();
         assert_eq!(budget(&o), None);
-        o.record_connection(true, Duration::ZERO);
+        o.record_connection(Some((true, Duration::ZERO)));
         assert_eq!(budget(&o), None, "reused responses say nothing about setup");
     }
 
     #[test]
     fn a_kept_connection_saves_the_setup_and_the_cold_start_of_the_next_response() {
         let far = origin();
-        far.record_connection(false, ms(200));
+        far.record_connection(Some((false, ms(200))));
         far.record_head(ms(100));
         // 256 KiB need 5 rounds on a new connection, 1 on a warm one: 4 saved.
         let b = far.adaptive_budget(CEILING, FIXED, SIZE).unwrap();
@@ -559,7 +597,7 @@ mod tests {
         let small = far.adaptive_budget(CEILING, FIXED, 16 << 10).unwrap();
         assert_eq!(small.max_time, ms(300), "16 KiB: one round trip more on a new connection");
         let near = origin();
-        near.record_connection(false, ms(2));
+        near.record_connection(Some((false, ms(2))));
         near.record_head(ms(30)); // a slow server: no longer a round trip than the setup
         assert_eq!(
             near.adaptive_budget(CEILING, FIXED, SIZE),
@@ -574,7 +612,7 @@ mod tests {
     #[test]
     fn throughput_is_the_highest_recent_warm_drain_rate_and_probes_when_stale() {
         let o = origin();
-        o.record_connection(false, ms(200));
+        o.record_connection(Some((false, ms(200))));
         o.record_drain(1_000_000, Duration::from_secs(1), false);
         assert_eq!(o.view(FIXED).throughput, None, "a new connection's drain is in slow start");
         o.record_drain(1_000_000, Duration::from_secs(1), true); // 1 MB/s
@@ -607,7 +645,7 @@ mod tests {
     #[test]
     fn an_origin_whose_drops_keep_missing_gets_the_ceiling_now_and_then() {
         let o = origin();
-        o.record_connection(false, ms(200));
+        o.record_connection(Some((false, ms(200))));
         for _ in 0..RATE_SAMPLES {
             o.record_drain(100_000, Duration::from_secs(1), true);
         }
@@ -629,7 +667,7 @@ mod tests {
     #[test]
     fn ceilings_bound_the_budget() {
         let o = origin();
-        o.record_connection(false, Duration::from_secs(30));
+        o.record_connection(Some((false, Duration::from_secs(30))));
         assert_eq!(budget(&o).unwrap(), CEILING);
         o.record_drain(1 << 30, Duration::from_secs(1), true);
         assert_eq!(budget(&o).unwrap(), CEILING);

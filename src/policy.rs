@@ -524,7 +524,7 @@ mod tests {
         layer.config.adaptive = true;
         let origin = layer.origins.get(&"http://lan.example/".parse().unwrap()).unwrap();
         // A connection that costs nothing to open, on a measured link.
-        origin.record_connection(false, Duration::ZERO);
+        origin.record_connection(Some((false, Duration::ZERO)));
         origin.record_drain(1 << 20, Duration::from_millis(10), true);
         let at = AtDrop { origin: Some(&origin), ..at(None, 100) };
         let (decision, budget) = decide(&layer, &at);

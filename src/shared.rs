@@ -4,6 +4,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use crate::budget::DrainBudget;
@@ -61,11 +62,42 @@ impl Default for Config {
 /// every drain share, behind one `Arc`: cloned once per response, released
 /// when its body (or its drain) is done. Holds no runtime and nothing of a
 /// runtime, so a layer outliving its runtimes keeps none of them open.
-#[derive(Clone, Default)]
+#[derive(Default)]
 pub(crate) struct Shared {
     pub(crate) config: Config,
     pub(crate) stats: DrainStats,
     pub(crate) origins: Arc<Origins>,
+    /// The warning that adaptive mode has no observer was emitted.
+    pub(crate) warned_unobserved: AtomicBool,
+}
+
+impl Clone for Shared {
+    /// The settings, counters and origins of a layer being configured; a
+    /// warning not yet emitted.
+    fn clone(&self) -> Self {
+        Shared {
+            config: self.config.clone(),
+            stats: self.stats.clone(),
+            origins: self.origins.clone(),
+            warned_unobserved: AtomicBool::new(false),
+        }
+    }
+}
+
+impl Shared {
+    /// In adaptive mode, a response came on a connection no observer
+    /// opened: says so once per layer, at WARN, since adaptive mode then
+    /// silently falls back to the default budget.
+    pub(crate) fn warn_unobserved_once(&self) {
+        if !self.warned_unobserved.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                target: "drain_on_drop",
+                "adaptive mode without an observer: nothing measures what a new connection costs, so \
+                 the default budget applies; wrap the client's connector with `layer.observe(connector)` \
+                 (DrainOnDropLayer::origins shows `Adaptive::NoObserver`)"
+            );
+        }
+    }
 }
 
 impl fmt::Debug for Shared {
