@@ -1,12 +1,9 @@
 //! Counting: exact figures after `in_flight == 0`, reasons that name the real
 //! cause, one count per early drop however many layers it passed, no
-//! credentials in what is shown, and the metrics export (events: `events.rs`).
+//! credentials in what is shown (events: `stacks/events.rs`; the Prometheus
+//! export: `stacks/metrics.rs`).
 
 mod support;
-
-#[path = "../examples/metrics.rs"]
-#[allow(dead_code, unreachable_pub)]
-mod metrics_example;
 
 use std::convert::Infallible;
 use std::pin::Pin;
@@ -16,7 +13,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use drain_on_drop::{DrainOnDropLayer, Outcome, Reason};
+use drain_on_drop::{DrainOnDropLayer, Reason};
 use http::{Request, Response};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::Full;
@@ -294,39 +291,4 @@ async fn layer_and_stats_debug_output_carries_no_credentials() {
     let origins = layer.origins();
     assert_eq!(origins.len(), 1);
     assert_eq!(origins[0].origin, format!("http://{}", server.addr), "scheme://host:port");
-}
-
-#[tokio::test]
-async fn the_metrics_example_exports_every_reason_with_its_count() {
-    let server = big_or_small(1000).await;
-    let (client, _) = client();
-    // Seconds of time budget: the three small bodies are drained on any machine.
-    let layer = DrainOnDropLayer::new().max_time(SECONDS);
-    let registry = metrics_example::registry(layer.stats());
-    let mut svc = ServiceBuilder::new().layer(layer.clone()).service(client);
-    for path in ["/a", "/b", "/c", "/big"] {
-        drop(svc.ready().await.unwrap().call(get(server.uri(path))).await.unwrap());
-    }
-    let stats = layer.stats();
-    wait_for("the drains to end", SLACK, || stats.snapshot().in_flight == 0).await;
-    let mut text = String::new();
-    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
-    let line = |outcome: &str, reason: &str| {
-        format!("drain_on_drop_early_drops_total{{outcome=\"{outcome}\",reason=\"{reason}\"}} ")
-    };
-    let value = |outcome: &str, reason: &str| -> u64 {
-        let prefix = line(outcome, reason);
-        let l =
-            text.lines().find(|l| l.starts_with(&prefix)).unwrap_or_else(|| panic!("no {prefix} in\n{text}"));
-        l[prefix.len()..].parse().unwrap()
-    };
-    assert_eq!(value("drained", "end_of_body"), 3, "{text}");
-    assert_eq!(value("skipped", "declared_over_budget"), 1, "{text}");
-    assert_eq!(value("abandoned", "over_time"), 0, "{text}");
-    for reason in Reason::ALL {
-        value(reason.outcome().as_str(), reason.as_str());
-    }
-    assert!(text.contains("drain_on_drop_drained_bytes_total 3000"), "{text}");
-    let exported: u64 = Outcome::ALL.iter().map(|&o| stats.snapshot().total(o)).sum();
-    assert_eq!(exported, 4);
 }

@@ -2,8 +2,13 @@
 //! local server that redirects, fails with 503s and compresses:
 //!
 //! ```text
-//! Trace → Timeout → FollowRedirect → Retry → Decompression → DrainOnDrop → Client
+//! Trace → OnEarlyDrop → Timeout → FollowRedirect → Retry → Decompression
+//!       → DrainOnDrop → ResponseBodyDeadline → Client
 //! ```
+//!
+//! tower-http 0.7's early-drop hook goes above the drain (below it, the
+//! drain reads every body to its end and the hook never fires); its
+//! response body deadline below it, to bound the body the caller reads.
 //!
 //! `cargo run --example stack` (set `RUST_LOG=drain_on_drop=debug` to see
 //! one event per early drop).
@@ -26,6 +31,8 @@ use tower::{Service, ServiceBuilder, ServiceExt};
 use tower_http::compression::CompressionLayer;
 use tower_http::decompression::DecompressionLayer;
 use tower_http::follow_redirect::FollowRedirectLayer;
+use tower_http::on_early_drop::{OnBodyDropFn, OnEarlyDropLayer};
+use tower_http::timeout::ResponseBodyDeadlineLayer;
 use tower_http::trace::TraceLayer;
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
@@ -110,13 +117,21 @@ async fn main() -> Result<(), Error> {
     let stats = drain.stats();
     let connector = drain.observe(HttpConnector::new());
     let client = Client::builder(TokioExecutor::new()).build::<_, Empty<Bytes>>(connector);
+    let early_drops = Arc::new(AtomicU64::new(0));
+    let seen = early_drops.clone();
+    let on_early_drop = OnBodyDropFn::new(move |_: &Request<Empty<Bytes>>| {
+        let seen = seen.clone();
+        move |_: &http::response::Parts| move || drop(seen.fetch_add(1, Ordering::Relaxed))
+    });
     let mut svc = ServiceBuilder::new()
         .layer(TraceLayer::new_for_http()) // outermost: one span per logical request
+        .layer(OnEarlyDropLayer::builder().on_body_drop(on_early_drop)) // the caller's early drops
         .timeout(Duration::from_secs(5)) // bounds the wait for the final response head
         .layer(FollowRedirectLayer::new()) // drops 3xx bodies: drained below
         .retry(RetryOn503(2)) // drops 503 bodies: drained below
         .layer(DecompressionLayer::new()) // above the drain: drains wire bytes, never inflates them
-        .layer(drain) // innermost: sees every response the client returns
+        .layer(drain) // sees every response the client returns
+        .layer(ResponseBodyDeadlineLayer::new(Duration::from_secs(30))) // bounds the body the caller reads
         .service(client);
 
     for i in 0..10 {
@@ -135,8 +150,15 @@ async fn main() -> Result<(), Error> {
     }
     let (s, r) = (stats.snapshot(), stats.reuse());
     println!(
-        "{} HTTP requests on {} connections; early drops: {} drained, {} abandoned, {} skipped, {} failed",
-        r.requests, r.connections_opened, s.drained, s.abandoned, s.skipped, s.failed
+        "{} HTTP requests on {} connections; early drops: {} drained, {} abandoned, {} skipped, {} failed; \
+         the caller dropped {} bodies early",
+        r.requests,
+        r.connections_opened,
+        s.drained,
+        s.abandoned,
+        s.skipped,
+        s.failed,
+        early_drops.load(Ordering::Relaxed)
     );
     Ok(())
 }

@@ -3,8 +3,8 @@
 //! has the servers, their configs and the measured tables.
 //!
 //! ```sh
-//! cargo test --features interop --test interop -- --nocapture
-//! INTEROP_RUNS=5 cargo test --features interop --test interop -- --nocapture   # spread over 5 runs
+//! cargo test -p drain-on-drop-stacks --features interop --test interop -- --nocapture
+//! INTEROP_RUNS=5 cargo test -p drain-on-drop-stacks --features interop --test interop -- --nocapture   # spread over 5 runs
 //! ```
 //!
 //! - nginx (Debian's package): static files (Content-Length, sendfile) and
@@ -43,7 +43,7 @@
 //! runtime: they measure connections on a 2-core machine, and the servers
 //! run on the same cores.
 
-#[path = "../support/mod.rs"]
+#[path = "../../support/mod.rs"]
 mod support;
 
 mod cells;

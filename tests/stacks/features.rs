@@ -1,6 +1,7 @@
 //! Per-request budgets, stream awareness, skip reasons, the reuse observer,
 //! and tower-http stacks (FollowRedirect, Decompression, Trace).
 
+#[path = "../support/mod.rs"]
 mod support;
 
 use std::convert::Infallible;
@@ -209,6 +210,37 @@ async fn follow_redirect_bodies_are_drained() {
     // runs (1 or 2 connections on a quiet machine). Against the same run
     // without draining:
     assert_keeps_half("20 redirects followed", with_layer, without, 0);
+}
+
+/// tower-http 0.7's FollowRedirect keeps the request's extensions on the
+/// redirected request: a `DrainBudget` set by the caller governs the drain
+/// of every hop's response, the 301's and the final one's.
+#[tokio::test]
+async fn a_drain_budget_survives_a_redirect() {
+    let server = RawServer::start(|head| {
+        if head.path == "/final" {
+            content_length(7, 64 * KIB)
+        } else {
+            vec![Step::Write(
+                [&b"HTTP/1.1 301 Moved Permanently\r\nlocation: /final\r\ncontent-length: 4096\r\n\r\n"[..], &body_bytes(1, 4096)].concat(),
+            )]
+        }
+    })
+    .await;
+    // The layer would drain both; the request's budget says never.
+    let layer = DrainOnDropLayer::new().max_time(SECONDS);
+    let stats = layer.stats();
+    let (client, _) = client();
+    let mut svc = ServiceBuilder::new()
+        .layer(tower_http::follow_redirect::FollowRedirectLayer::new())
+        .layer(layer)
+        .service(client);
+    let req = get_with_budget(server.uri("/start"), DrainBudget::disabled());
+    let res = svc.ready().await.unwrap().call(req).await.unwrap();
+    assert_eq!(res.status(), 200);
+    drop(res);
+    let s = settle(&stats, SECONDS).await;
+    assert_eq!(s.count(drain_on_drop::Reason::Disabled), 2, "the 301's body and the final one: {s:?}");
 }
 
 /// `len` pseudo-random bytes: they do not compress, so the gzip body on the

@@ -33,6 +33,32 @@ pub async fn send(
     Ok(reqwest::Response::from(res))
 }
 
+/// Sends `req` with reqwest, the drain on the wire body and tower-http's
+/// decompression above it: for a client built without reqwest's own
+/// decompression (`.no_gzip()`, `.no_brotli()`, ...), so that the drain reads
+/// compressed bytes (budgets and counts are wire bytes, and a body declared
+/// over the budget is skipped unread) while the caller still reads the
+/// decoded body.
+pub async fn send_decoded_above(
+    layer: &DrainOnDropLayer,
+    client: &reqwest::Client,
+    req: http::Request<reqwest::Body>,
+) -> Result<reqwest::Response, tower::BoxError> {
+    use tower::{ServiceBuilder, ServiceExt};
+    let url = req.uri().to_string();
+    let send = tower::service_fn(|req: http::Request<reqwest::Body>| async {
+        let res = client.execute(reqwest::Request::try_from(req)?).await?;
+        Ok::<_, reqwest::Error>(layer.wrap_response(http::Response::from(res)))
+    });
+    let svc = ServiceBuilder::new().layer(tower_http::decompression::DecompressionLayer::new()).service(send);
+    let res = svc.oneshot(req).await?;
+    let mut res = res.map(reqwest::Body::wrap);
+    let (with_url, ()) =
+        http::Response::builder().url(url.parse()?).body(()).expect("an empty response").into_parts();
+    res.extensions_mut().extend(with_url.extensions);
+    Ok(reqwest::Response::from(res))
+}
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     // A local server answering every request with 64 KiB, counting connections.

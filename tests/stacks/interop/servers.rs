@@ -24,7 +24,8 @@ use tokio::net::TcpStream;
 
 /// The directory of this test target's configs and scripts.
 fn interop_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop")
+    // This file is built by the `stacks` member, from its sibling directory.
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/stacks/interop")
 }
 
 /// Counters read at the server since it started. Cells subtract two readings.

@@ -1,4 +1,4 @@
-// Node http.createServer for the interop tests (tests/interop/main.rs).
+// Node http.createServer for the interop tests (tests/stacks/interop/main.rs).
 //
 //   node server.js [--keep-alive-timeout MS]
 //

@@ -1,0 +1,225 @@
+//! reqwest through `DrainOnDropLayer::wrap_response` (`examples/stacks/reqwest.rs`):
+//! unread bodies keep reqwest's pooled connections.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+#[path = "../../examples/stacks/reqwest.rs"]
+#[allow(dead_code, unreachable_pub)]
+mod reqwest_example;
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use drain_on_drop::{DrainOnDropLayer, Reason};
+use http_body_util::Full;
+use hyper_util::rt::TokioIo;
+use rustls::ServerConfig;
+use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
+
+use support::{RawServer, SECONDS, assert_keeps_half, content_length, wait_for};
+
+const SLACK: Duration = Duration::from_secs(5);
+
+async fn run(drain: bool) -> (usize, drain_on_drop::DrainSnapshot) {
+    let server = RawServer::start(|_| content_length(1, 64 * 1024)).await;
+    let client = reqwest::Client::new();
+    // Seconds of time budget: every drain reaches the end on any machine.
+    let layer = DrainOnDropLayer::new().max_time(SECONDS);
+    let url = format!("http://{}/x", server.addr);
+    for _ in 0..20 {
+        let res = if drain {
+            reqwest_example::send(&layer, client.get(&url)).await.unwrap()
+        } else {
+            client.get(&url).send().await.unwrap()
+        };
+        assert!(res.error_for_status_ref().is_ok());
+        assert_eq!(res.url().as_str(), url, "the URL survives the round trip");
+        drop(res);
+        let stats = layer.stats();
+        wait_for("the drain to end", SECONDS + SLACK, || stats.snapshot().in_flight == 0).await;
+    }
+    (server.accepted(), layer.stats().snapshot())
+}
+
+#[tokio::test]
+async fn reqwest_responses_dropped_unread_keep_their_connections_with_the_drain() {
+    let (without, _) = run(false).await;
+    let (with, s) = run(true).await;
+    println!("20 requests, 64 KiB unread: reqwest alone {without} connections, with the drain {with}");
+    assert_eq!(without, 20, "reqwest alone closes every connection whose body was not read");
+    assert_eq!(s.drained, 20, "{s:?}");
+    // Each request waits for the drain before the next one: hyper-util's
+    // checkout race with the connection's way back to the pool is what is
+    // left (1 to 3 connections on a quiet machine).
+    assert_keeps_half("20 requests through reqwest, 64 KiB unread", with, without, 0);
+}
+
+#[tokio::test]
+async fn a_reqwest_response_keeps_its_api_after_the_round_trip() {
+    let server = RawServer::start(|_| content_length(2, 1000)).await;
+    let layer = DrainOnDropLayer::new();
+    let res = reqwest_example::send(&layer, reqwest::Client::new().get(format!("http://{}/", server.addr)))
+        .await
+        .unwrap();
+    assert_eq!(res.content_length(), Some(1000));
+    assert_eq!(res.bytes().await.unwrap(), support::body_bytes(2, 1000));
+    assert_eq!(
+        layer.stats().snapshot(),
+        drain_on_drop::DrainSnapshot::default(),
+        "read to the end: nothing counted"
+    );
+}
+
+/// An HTTP/1.1-only TLS server (rustls with ring, a certificate for
+/// `localhost` made here) answering every request with 64 KiB; its port, the
+/// certificate, and the connections it accepted.
+async fn tls_server() -> (u16, reqwest::Certificate, Arc<AtomicUsize>) {
+    let key = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    let cert = key.cert.der().clone();
+    let private = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.signing_key.serialize_der()));
+    let mut config = ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![cert.clone()], private)
+        .unwrap();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let counter = accepted.clone();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            counter.fetch_add(1, Ordering::SeqCst);
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(stream).await else { return };
+                let svc = hyper::service::service_fn(|_| async {
+                    let body = Full::new(Bytes::from(support::body_bytes(3, 64 * 1024)));
+                    Ok::<_, Infallible>(http::Response::new(body))
+                });
+                let _ =
+                    hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(tls), svc).await;
+            });
+        }
+    });
+    (port, reqwest::Certificate::from_der(&cert).unwrap(), accepted)
+}
+
+/// The recipes' adapter with reqwest's default features (rustls, HTTP/2
+/// offered, HTTP/1.1 taken), over TLS to a local server: 20 requests whose
+/// 64 KiB bodies are dropped unread, without and with the drain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_adapter_keeps_reqwest_tls_connections_with_default_features() {
+    let mut accepted = Vec::new();
+    let layer = DrainOnDropLayer::new().max_time(SECONDS);
+    for drain in [false, true] {
+        let (port, cert, count) = tls_server().await;
+        let client = reqwest::Client::builder().tls_certs_only([cert]).build().unwrap();
+        let url = format!("https://localhost:{port}/");
+        for _ in 0..20 {
+            let res = if drain {
+                reqwest_example::send(&layer, client.get(&url)).await.unwrap()
+            } else {
+                client.get(&url).send().await.unwrap()
+            };
+            assert_eq!(res.version(), http::Version::HTTP_11);
+            assert!(res.status().is_success());
+            drop(res);
+            let stats = layer.stats();
+            wait_for("the drain to end", SECONDS + SLACK, || stats.snapshot().in_flight == 0).await;
+        }
+        accepted.push(count.load(Ordering::SeqCst));
+    }
+    let s = layer.stats().snapshot();
+    println!(
+        "reqwest over TLS, 20 requests, 64 KiB unread: alone {}, with the drain {} connections",
+        accepted[0], accepted[1]
+    );
+    assert_eq!(accepted[0], 20, "reqwest alone closes every connection whose body was not read");
+    assert_eq!((s.drained, s.bytes_drained), (20, 20 * 64 * 1024), "{s:?}");
+    assert_keeps_half("reqwest over TLS, 64 KiB unread", accepted[1], accepted[0], 0);
+}
+
+/// 1 MiB of text, gzipped by tower-http's compression as it is sent
+/// (chunked, a few KiB on the wire); the connections accepted.
+async fn gzip_server() -> (String, Arc<AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/", listener.local_addr().unwrap());
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let counter = accepted.clone();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            counter.fetch_add(1, Ordering::SeqCst);
+            let svc = tower::ServiceBuilder::new()
+                .layer(tower_http::compression::CompressionLayer::new())
+                .service_fn(|_: http::Request<hyper::body::Incoming>| async {
+                    let text = "a compressible line of text, repeated\n".repeat(1 << 20).into_bytes();
+                    let body = Full::new(Bytes::from(text[..1 << 20].to_vec()));
+                    Ok::<_, Infallible>(
+                        http::Response::builder().header("content-type", "text/plain").body(body).unwrap(),
+                    )
+                });
+            let svc = hyper_util::service::TowerToHyperService::new(svc);
+            tokio::spawn(
+                hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc),
+            );
+        }
+    });
+    (url, accepted)
+}
+
+/// reqwest with `gzip`: as the recipes' adapter puts it, the drain reads what
+/// reqwest inflates, and counts inflated bytes; with the decompression above
+/// the drain (`send_decoded_above`), it reads and counts wire bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_gzip_the_drain_reads_wire_bytes_when_decompression_is_above_it() {
+    const N: u64 = 20;
+    let mut rows = Vec::new();
+    for how in ["reqwest alone", "adapter", "decoded above the drain"] {
+        let (url, accepted) = gzip_server().await;
+        let layer = DrainOnDropLayer::new().max_time(SECONDS);
+        let decoding = reqwest::Client::new();
+        let raw = reqwest::Client::builder().no_gzip().build().unwrap();
+        for i in 0..N {
+            let res = match how {
+                "reqwest alone" => decoding.get(&url).send().await.unwrap(),
+                "adapter" => reqwest_example::send(&layer, decoding.get(&url)).await.unwrap(),
+                _ => {
+                    let req = http::Request::get(&url).body(reqwest::Body::from(Vec::new())).unwrap();
+                    reqwest_example::send_decoded_above(&layer, &raw, req).await.unwrap()
+                }
+            };
+            if i == 0 {
+                // The caller still reads the decoded body.
+                assert_eq!(res.bytes().await.unwrap().len(), 1 << 20, "{how}: decoded");
+            } else {
+                drop(res);
+            }
+            let stats = layer.stats();
+            wait_for("the drain to end", SECONDS + SLACK, || stats.snapshot().in_flight == 0).await;
+        }
+        let s = layer.stats().snapshot();
+        println!(
+            "{how}: {} connections for {N} requests; drained {}, abandoned {} ({} over_bytes); {} bytes drained",
+            accepted.load(Ordering::SeqCst),
+            s.drained,
+            s.abandoned,
+            s.count(Reason::OverBytes),
+            s.bytes_drained
+        );
+        rows.push(s);
+    }
+    let (adapter, above) = (rows[1], rows[2]);
+    // Inflated, each early drop reads past the 256 KiB budget and gives up.
+    assert_eq!(adapter.count(Reason::OverBytes), N - 1, "{adapter:?}");
+    assert!(adapter.bytes_drained >= (N - 1) * 256 * 1024, "{adapter:?}");
+    // On the wire, each body is a few KiB: read to its end.
+    assert_eq!(above.count(Reason::EndOfBody), N - 1, "{above:?}");
+    assert!(above.bytes_drained < (N - 1) * 64 * 1024, "wire bytes, not inflated ones: {above:?}");
+}
