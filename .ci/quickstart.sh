@@ -3,8 +3,9 @@
 # scratch directory, with exactly the README's [dependencies] block (the first
 # ```toml block under "## Quick start"), drain-on-drop replaced by a path
 # dependency to this checkout, and the first ```rust block of that section as
-# src/main.rs. A dependency or feature the code needs and the block lacks
-# fails here. Warnings in the quick start fail too.
+# src/main.rs, then runs it (no URL: its own local server, no network). A
+# dependency or feature the code needs and the block lacks fails here; so do
+# warnings, and a run that does not show ten early drops drained.
 #
 # Features that drain-on-drop's own dependencies enable are unified into the
 # build whatever the block says, so their absence cannot be caught here:
@@ -60,6 +61,12 @@ cargo fetch --locked --manifest-path "$repo/Cargo.toml" --target "$(rustc -vV | 
 
 echo "quickstart: README dependencies:"
 sed 's/^/    /' "$scratch/Cargo.toml" | sed -n '/^    \[dependencies\]/,$p'
-CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$repo/target}" \
-  cargo check --offline --manifest-path "$scratch/Cargo.toml"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$repo/target}"
+cargo build --offline --manifest-path "$scratch/Cargo.toml"
 echo "quickstart: README quick start builds with exactly its [dependencies]"
+# Run as written, with no URL: its own local server, no network needed. It
+# must show the layer at work: ten early drops, drained.
+out=$(timeout 60 cargo run --offline --quiet --manifest-path "$scratch/Cargo.toml")
+printf '%s\n' "$out" | sed 's/^/    /'
+grep -q "early drops: 10 drained" <<<"$out" || fail "the quick start did not print 10 drained early drops"
+echo "quickstart: README quick start runs and drains"
