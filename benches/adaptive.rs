@@ -13,7 +13,8 @@
 //! proxy and link:
 //!
 //! - (a) read-to-end: the bare client, the caller reads every body;
-//! - (b) `DrainOnDropLayer::new()`: fixed 256 KiB, 50 ms (the default);
+//! - (b) `DrainOnDropLayer::new()`: the default, 256 KiB and a time budget
+//!   that follows the round trip (50 ms at RTT 1 ms, 600 ms at 100 ms);
 //! - (c) `DrainOnDropLayer::new().max_bytes(4 << 20).max_time(1 s)`;
 //! - (d) `DrainOnDropLayer::new().adaptive()`, its observer around the TLS
 //!   connector;
@@ -70,7 +71,7 @@ impl Policy {
     fn label(self) -> &'static str {
         match self {
             Policy::ReadToEnd => "(a) read-to-end",
-            Policy::DefaultFixed => "(b) fixed 256 KiB, 50 ms (default)",
+            Policy::DefaultFixed => "(b) default: 256 KiB, round-trip time",
             Policy::BigFixed => "(c) fixed 4 MiB, 1 s",
             Policy::Adaptive => "(d) adaptive",
             Policy::HyperAlone => "(e) hyper-util alone",

@@ -26,11 +26,10 @@
 //! [`RATE_SAMPLES`] samples, and of the prior ([`UNMEASURED_THROUGHPUT`])
 //! until that many were taken.
 //!
-//! **Probes.** An origin whose drains keep missing (over a budget, or
-//! skipped as over it) gets the ceiling budget for one drop in
-//! [`PROBE_EVERY`]; one whose throughput was not measured for
-//! [`PROBE_AFTER`] gets the byte ceiling once: either way a stuck estimate
-//! is measured again.
+//! **Probes.** An origin whose drains keep giving up (over a budget) gets
+//! the ceiling budget for one drain in [`PROBE_EVERY`]; one whose throughput
+//! was not measured for [`PROBE_AFTER`] gets the byte ceiling once: either
+//! way a stuck estimate is measured again.
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
@@ -65,9 +64,12 @@ const RATE_SAMPLES: usize = 8;
 /// early drop gets the ceiling byte budget whatever the estimate says. At
 /// most one such probe per origin per interval.
 const PROBE_AFTER: Duration = Duration::from_secs(10);
-/// An origin whose last drops all missed (a budget ran out, or the body was
-/// skipped as over it) gets the ceiling budget, bytes and time, for every
-/// this many of them: the way back for an estimate that stopped every drain.
+/// An origin whose last drains all gave up (a budget ran out) gets the
+/// ceiling budget, bytes and time, for every this many of them: the way back
+/// for an estimate too short for the origin. Skipped drops do not count:
+/// skipping is what the estimates are for (on a LAN a new connection is
+/// cheaper than a large body), and a stale estimate is probed by time
+/// ([`PROBE_AFTER`]).
 const PROBE_EVERY: u32 = 8;
 /// Throughput assumed until one is measured (100 Mbit/s, a common access
 /// link), for far origins: their long setup cost then buys a large budget
@@ -195,7 +197,7 @@ struct Estimates {
     reused_responses: u64,
     /// Responses on connections no observer tagged.
     unobserved_responses: u64,
-    /// Early drops that missed since the last one that drained (see
+    /// Drains that gave up since the last one that reached the end (see
     /// [`PROBE_EVERY`]).
     misses: u32,
 }
@@ -319,10 +321,9 @@ impl Origin {
 
     /// Records how an early drop of this origin ended, for [`PROBE_EVERY`].
     pub(crate) fn record_outcome(&self, reason: Reason) {
-        let missed = matches!(
-            reason,
-            Reason::OverTime | Reason::OverBytes | Reason::DeclaredOverBudget | Reason::ReconnectCheaper
-        );
+        // Drains that ran and gave up; a skip is a decision the estimates
+        // made, right on a LAN, and probing it would waste the link.
+        let missed = matches!(reason, Reason::OverTime | Reason::OverBytes);
         let mut est = self.estimates();
         if reason == Reason::EndOfBody {
             est.misses = 0;
@@ -643,7 +644,7 @@ mod tests {
     }
 
     #[test]
-    fn an_origin_whose_drops_keep_missing_gets_the_ceiling_now_and_then() {
+    fn an_origin_whose_drains_keep_giving_up_gets_the_ceiling_now_and_then() {
         let o = origin();
         o.record_connection(Some((false, ms(200))));
         for _ in 0..RATE_SAMPLES {
@@ -657,9 +658,15 @@ mod tests {
             } else {
                 assert_eq!(budget(&o).unwrap(), stuck);
             }
+            o.record_outcome(Reason::OverTime);
+        }
+        assert_eq!(probes, 2, "one probe per {PROBE_EVERY} drains given up");
+        o.record_outcome(Reason::EndOfBody);
+        for _ in 0..3 * PROBE_EVERY {
             o.record_outcome(Reason::DeclaredOverBudget);
         }
-        assert_eq!(probes, 2, "one probe per {PROBE_EVERY} misses");
+        let budgets: Vec<_> = (0..PROBE_EVERY).map(|_| budget(&o).unwrap()).collect();
+        assert!(budgets.iter().all(|b| *b != CEILING), "skips are decisions, not misses: {budgets:?}");
         o.record_outcome(Reason::EndOfBody);
         assert!((0..PROBE_EVERY).all(|_| budget(&o).unwrap() == stuck), "a drain that ends resets the count");
     }

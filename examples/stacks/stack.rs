@@ -121,7 +121,11 @@ async fn main() -> Result<(), Error> {
     let seen = early_drops.clone();
     let on_early_drop = OnBodyDropFn::new(move |_: &Request<Empty<Bytes>>| {
         let seen = seen.clone();
-        move |_: &http::response::Parts| move || drop(seen.fetch_add(1, Ordering::Relaxed))
+        move |_: &http::response::Parts| {
+            move || {
+                seen.fetch_add(1, Ordering::Relaxed);
+            }
+        }
     });
     let mut svc = ServiceBuilder::new()
         .layer(TraceLayer::new_for_http()) // outermost: one span per logical request

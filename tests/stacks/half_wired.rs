@@ -13,7 +13,7 @@ use drain_on_drop::{Adaptive, DrainOnDropLayer};
 use http_body_util::Empty;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use tower::{Service, ServiceBuilder, ServiceExt};
+use tower::ServiceBuilder;
 
 use support::*;
 
