@@ -483,15 +483,11 @@ fn main() -> Result<(), BoxError> {
         "best fixed = the faster of (b) and (c) in the cell. \"NO, within noise\": the medians miss \
          the target by less than the larger median absolute deviation of the two policies' runs.\n"
     );
-    if misses.is_empty() {
-        println!("Every target reached.");
-    } else {
-        println!("Targets missed (medians): {}", misses.join("; "));
-    }
-    println!("\nAdaptive estimates at the end of each cell's median run (DrainStats::origins):");
-    for line in estimates {
-        println!("{line}");
-    }
-    println!("\nbench took {:.1} s", began.elapsed().as_secs_f64());
+    common::table::print_verdict(
+        &misses,
+        "Adaptive estimates at the end of each cell's median run (DrainStats::origins)",
+        &estimates,
+        began.elapsed(),
+    );
     Ok(())
 }

@@ -244,15 +244,11 @@ fn main() -> Result<(), BoxError> {
         "\nTargets (RTT 100 and 150 ms, and RTT 20 ms at 256 KiB; default and adaptive): at most \
          read-to-end + {EXTRA_CONNECTIONS} connections, at most {TIME_FACTOR} × read-to-end's time."
     );
-    if misses.is_empty() {
-        println!("Every target reached.");
-    } else {
-        println!("Targets missed (medians): {}", misses.join("; "));
-    }
-    println!("\nEstimates at the end of each median run (DrainOnDropLayer::origins):");
-    for line in estimates {
-        println!("{line}");
-    }
-    println!("\nbench took {:.1} s", began.elapsed().as_secs_f64());
+    common::table::print_verdict(
+        &misses,
+        "Estimates at the end of each median run (DrainOnDropLayer::origins)",
+        &estimates,
+        began.elapsed(),
+    );
     Ok(())
 }

@@ -196,6 +196,42 @@
 //! layer keeps the inner body in a box of its own, one allocation per
 //! response. [`recipes`] has a whole tower-http stack in that order.
 //!
+//! A body that is not `Send` cannot be: its drain runs on a tokio task.
+//! rustc then reports "the method `ready` exists for struct
+//! `DrainOnDrop<…>`, but its trait bounds were not satisfied" (E0599) at the
+//! first call, without naming `Send`; the response body type below the layer
+//! is what to look at:
+//!
+//! ```compile_fail,E0599
+//! # use std::convert::Infallible;
+//! # use std::rc::Rc;
+//! use drain_on_drop::DrainOnDropLayer;
+//! use http_body_util::Full;
+//! use hyper::body::Bytes;
+//! use tower::{ServiceBuilder, ServiceExt};
+//!
+//! /// A body holding an `Rc`: not `Send`.
+//! struct Local(Full<Bytes>, Rc<()>);
+//! # impl http_body::Body for Local {
+//! #     type Data = Bytes;
+//! #     type Error = Infallible;
+//! #     fn poll_frame(
+//! #         self: std::pin::Pin<&mut Self>,
+//! #         cx: &mut std::task::Context<'_>,
+//! #     ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Infallible>>> {
+//! #         std::pin::Pin::new(&mut self.get_mut().0).poll_frame(cx)
+//! #     }
+//! # }
+//!
+//! # async fn run() {
+//! let inner = tower::service_fn(|_: http::Request<()>| async {
+//!     Ok::<_, Infallible>(http::Response::new(Local(Full::new(Bytes::new()), Rc::new(()))))
+//! });
+//! let mut svc = ServiceBuilder::new().layer(DrainOnDropLayer::new()).service(inner);
+//! let _ = svc.ready().await; // E0599: `Local` is not `Send`
+//! # }
+//! ```
+//!
 //! # Example
 //!
 //! ```

@@ -341,6 +341,18 @@ fn malformed(_: &Head) -> Vec<Step> {
     vec![Step::Write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n".to_vec()), Step::Hang]
 }
 
+/// Drops a body of `stalling` unread through `svc` (whose layer has one
+/// drain slot) and waits until its drain holds that slot, as it will until
+/// the test ends.
+async fn take_the_only_slot(
+    svc: &mut drain_on_drop::DrainOnDrop<TestClient>,
+    stalling: &RawServer,
+    stats: &DrainStats,
+) {
+    drop_unread(svc, get(stalling.uri("/"))).await;
+    wait_for("the stalled drain to take the slot", SLACK, || stats.snapshot().in_flight == 1).await;
+}
+
 /// A body that fails when the layer reads it counts `body_error`, wherever
 /// it was dropped: on a plain thread after the runtime it arrived on ended,
 /// and while the cap on running drains is reached.
@@ -368,9 +380,7 @@ fn a_body_that_fails_when_read_counts_body_error_wherever_it_was_dropped() {
     // size before the caller runs again.
     current_thread().block_on(async {
         let mut svc = layer.layer(client().0);
-        // Takes the only slot until the test ends.
-        drop_unread(&mut svc, get(stalling.uri("/"))).await;
-        wait_for("the stalled drain to take the slot", SLACK, || stats.snapshot().in_flight == 1).await;
+        take_the_only_slot(&mut svc, &stalling, &stats).await;
         let res = svc.ready().await.unwrap().call(get(server.uri("/"))).await.unwrap();
         drop(res);
         let s = stats.snapshot();
@@ -389,8 +399,7 @@ fn a_body_that_ends_in_the_drop_is_never_refused_by_the_cap() {
     let stats = layer.stats();
     current_thread().block_on(async {
         let mut svc = layer.layer(client().0);
-        drop_unread(&mut svc, get(stalling.uri("/"))).await;
-        wait_for("the stalled drain to take the slot", SLACK, || stats.snapshot().in_flight == 1).await;
+        take_the_only_slot(&mut svc, &stalling, &stats).await;
         // The head and body come in one write; on a current-thread runtime
         // hyper's connection task has passed the body on before the caller
         // runs again.

@@ -84,3 +84,19 @@ pub fn drained(o: &Outcome) -> String {
 pub fn verdict(ok: bool) -> &'static str {
     if ok { "yes" } else { "NO" }
 }
+
+/// The end of a bench's report: whether every target was reached (or which
+/// were missed), the layers' estimates under `title`, and the time the bench
+/// took.
+pub fn print_verdict(misses: &[String], title: &str, estimates: &[String], took: Duration) {
+    if misses.is_empty() {
+        println!("Every target reached.");
+    } else {
+        println!("Targets missed (medians): {}", misses.join("; "));
+    }
+    println!("\n{title}:");
+    for line in estimates {
+        println!("{line}");
+    }
+    println!("\nbench took {:.1} s", took.as_secs_f64());
+}
