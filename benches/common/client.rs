@@ -158,16 +158,33 @@ impl Service<Uri> for CountingConnector {
     }
 }
 
-trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
-impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
+/// A connection's I/O, which reports what hyper-util's `HttpConnector`
+/// reports for its TCP connection (`HttpInfo`: the addresses), so that the
+/// bench's responses carry the extensions a user's would.
+trait Io: AsyncRead + AsyncWrite + Unpin + Send {
+    fn connected(&self) -> Connected;
+}
+
+impl Io for tokio::net::TcpStream {
+    fn connected(&self) -> Connected {
+        Connection::connected(self)
+    }
+}
+
+impl Io for tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
+    fn connected(&self) -> Connected {
+        Connection::connected(self.get_ref().0)
+    }
+}
 
 /// A client connection: TCP or TLS over TCP, and the TCP connection's
-/// addresses when the connector reports them.
+/// addresses (`HttpInfo` in each response's extensions, as with
+/// `HttpConnector`).
 pub struct Conn(Box<dyn Io>);
 
 impl Connection for Conn {
     fn connected(&self) -> Connected {
-        Connected::new()
+        self.0.connected()
     }
 }
 
