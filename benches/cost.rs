@@ -20,12 +20,17 @@ use http_body::Body;
 use http_body_util::{BodyExt, Full};
 use tower::{Service, ServiceBuilder, ServiceExt};
 
+/// What a client sends: an absolute URI, whose origin the layer tracks.
+fn request() -> Request<()> {
+    Request::get("http://127.0.0.1:8080/").body(()).unwrap()
+}
+
 async fn read<S, B>(svc: &mut S)
 where
     S: Service<Request<()>, Response = Response<B>, Error = Infallible>,
     B: Body<Data = Bytes, Error = Infallible>,
 {
-    let res = svc.ready().await.unwrap().call(Request::new(())).await.unwrap();
+    let res = svc.ready().await.unwrap().call(request()).await.unwrap();
     black_box(res.into_body().collect().await.unwrap().to_bytes());
 }
 
@@ -33,7 +38,7 @@ async fn drop_early<S, B>(svc: &mut S)
 where
     S: Service<Request<()>, Response = Response<B>, Error = Infallible>,
 {
-    black_box(svc.ready().await.unwrap().call(Request::new(())).await.unwrap());
+    black_box(svc.ready().await.unwrap().call(request()).await.unwrap());
 }
 
 fn main() {

@@ -81,7 +81,9 @@ where
     B: Body<Data = Bytes> + Unpin + Send + 'static,
     B::Error: Into<BoxError>,
 {
-    send(svc, Request::new(()), read).await.expect("in-memory call")
+    // An absolute URI, as a client sends: the layer tracks its origin.
+    let req = Request::get("http://127.0.0.1:8080/").body(()).unwrap();
+    send(svc, req, read).await.expect("in-memory call")
 }
 
 /// An in-memory service answering a 1 KiB body with `Content-Length`.

@@ -33,7 +33,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
-use std::hash::{BuildHasher, Hasher, RandomState};
+use std::hash::{BuildHasher, BuildHasherDefault, Hasher, RandomState};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -114,25 +114,63 @@ struct Parts<'a> {
 
 impl<'a> Parts<'a> {
     /// `None` for a URI without a host (a relative URI the client rejects).
+    ///
+    /// Splits the authority (which `Uri` validated) by bytes: `Uri::host`
+    /// and `Uri::port_u16` would each search it again, and this runs on
+    /// every request.
     fn of(uri: &'a Uri) -> Option<Self> {
-        let host = uri.host()?;
+        let authority = uri.authority()?.as_str();
         let scheme = uri.scheme_str().unwrap_or("http");
-        let port = uri.port_u16().unwrap_or(if scheme.eq_ignore_ascii_case("https") { 443 } else { 80 });
+        let host_port = match authority.bytes().rposition(|b| b == b'@') {
+            Some(at) => &authority[at + 1..],
+            None => authority,
+        };
+        // The port follows the last ':', unless that ':' is inside an IPv6
+        // literal's brackets; an empty port is the default port.
+        let (host, port) = match host_port.bytes().rposition(|b| b == b':') {
+            Some(colon) if !host_port.as_bytes()[colon..].contains(&b']') => {
+                (&host_port[..colon], port_number(&host_port.as_bytes()[colon + 1..]))
+            }
+            _ => (host_port, None),
+        };
+        let port = port.unwrap_or(if scheme.eq_ignore_ascii_case("https") { 443 } else { 80 });
         Some(Parts { scheme, host, port })
     }
 
-    /// A hash of the origin, case-insensitive, computed without allocating.
+    /// A hash of the origin, case-insensitive, computed without allocating:
+    /// each part hashed a chunk at a time, a chunk with capitals lowercased
+    /// into a small buffer first.
     fn hash(self, state: &RandomState) -> u64 {
         let mut h = state.build_hasher();
+        let mut buf = [0u8; 64];
         for part in [self.scheme, self.host] {
-            for b in part.bytes() {
-                h.write_u8(b.to_ascii_lowercase());
+            for chunk in part.as_bytes().chunks(buf.len()) {
+                // Hosts are almost always lowercase already.
+                if chunk.iter().any(u8::is_ascii_uppercase) {
+                    let lower = &mut buf[..chunk.len()];
+                    lower.copy_from_slice(chunk);
+                    lower.make_ascii_lowercase();
+                    h.write(lower);
+                } else {
+                    h.write(chunk);
+                }
             }
             h.write_u8(0xff);
         }
         h.write_u16(self.port);
         h.finish()
     }
+}
+
+/// A port's decimal digits as a number; `None` when empty (the default
+/// port) or not a port. Shorter than `str::parse`, which would be most of
+/// the lookup's cost.
+fn port_number(digits: &[u8]) -> Option<u16> {
+    if digits.is_empty() || digits.len() > 5 {
+        return None;
+    }
+    let n = digits.iter().try_fold(0u32, |n, &b| b.is_ascii_digit().then(|| n * 10 + u32::from(b - b'0')))?;
+    u16::try_from(n).ok()
 }
 
 impl OriginKey {
@@ -151,9 +189,10 @@ impl OriginKey {
     }
 
     fn matches(&self, p: Parts<'_>) -> bool {
-        self.port == p.port
-            && self.scheme.eq_ignore_ascii_case(p.scheme)
-            && self.host.eq_ignore_ascii_case(p.host)
+        // The key is lowercase, and so is almost every URI: compare bytes
+        // first.
+        let same = |key: &str, part: &str| key == part || key.eq_ignore_ascii_case(part);
+        self.port == p.port && same(&self.scheme, p.scheme) && same(&self.host, p.host)
     }
 }
 
@@ -468,18 +507,44 @@ pub struct OriginSnapshot {
     pub reused_responses: u64,
 }
 
+/// Origins by their hash ([`Parts::hash`]).
+type Table = HashMap<u64, Arc<Origin>, BuildHasherDefault<PreHashed>>;
+
+/// The table's keys are hashes already, keyed by [`Origins`]' own
+/// `RandomState`: used as they are rather than hashed a second time.
+#[derive(Default)]
+struct PreHashed(u64);
+
+impl Hasher for PreHashed {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // Only `u64` keys are hashed here (`write_u64`); any other input is
+        // still a valid, if slow, hash.
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
 /// The per-origin table of one layer, bounded to [`MAX_ORIGINS`].
 #[derive(Default)]
 pub(crate) struct Origins {
     /// By the hash of the origin's parts; the entry's key is checked on
     /// every lookup.
-    table: Mutex<HashMap<u64, Arc<Origin>>>,
+    table: Mutex<Table>,
     hasher: RandomState,
     clock: AtomicU64,
 }
 
 impl Origins {
-    fn table(&self) -> MutexGuard<'_, HashMap<u64, Arc<Origin>>> {
+    fn table(&self) -> MutexGuard<'_, Table> {
         self.table.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -693,6 +758,36 @@ mod tests {
         assert_eq!(origins.len(), MAX_ORIGINS);
         assert!(Arc::ptr_eq(&first, &origins.get(&uri(0)).unwrap()), "the recently used one stays");
         assert!(!Arc::ptr_eq(&second, &origins.get(&uri(1)).unwrap()), "the oldest was forgotten");
+    }
+
+    #[test]
+    fn parts_split_the_authority_as_uri_does() {
+        let long = format!("http://{}.example/", "Ab".repeat(70));
+        let uris = [
+            "http://api.example/x",
+            "https://api.example/",
+            "HTTPS://API.example:8443/",
+            "http://alice:se:cr@et@api.example:81/",
+            "http://api.example:/",
+            "http://api.example:65535/",
+            "http://api.example:0080/",
+            "http://[::1]/",
+            "http://[::1]:8080/",
+            "http://u:p@[fe80::1%25eth0]:9/",
+            "ws://api.example/",
+            long.as_str(),
+        ];
+        let state = RandomState::new();
+        for u in uris {
+            let uri: Uri = u.parse().unwrap();
+            let p = Parts::of(&uri).unwrap();
+            let default = if p.scheme.eq_ignore_ascii_case("https") { 443 } else { 80 };
+            assert_eq!((p.host, p.port), (uri.host().unwrap(), uri.port_u16().unwrap_or(default)), "{u}");
+            let upper: Uri = u.to_ascii_uppercase().replace("%25ETH0", "%25eth0").parse().unwrap();
+            assert_eq!(p.hash(&state), Parts::of(&upper).unwrap().hash(&state), "{u}: case-insensitive");
+        }
+        let [a, b] = ["http://a.example/", "http://b.example/"].map(|u| u.parse::<Uri>().unwrap());
+        assert_ne!(Parts::of(&a).unwrap().hash(&state), Parts::of(&b).unwrap().hash(&state));
     }
 
     #[test]
