@@ -405,6 +405,8 @@ fn body_dropped_outside_a_running_multi_thread_runtime_is_drained_on_it() {
     drop(res);
     wait_blocking("the drain to end", SLACK, || stats.snapshot().in_flight == 0);
     assert_eq!(counted(&stats.snapshot()), Counted::drained(1));
+    // Read by the drain, not left to hyper: every byte the caller did not read.
+    assert_eq!(stats.snapshot().bytes_drained, 64 * KIB as u64);
     drop(svc);
     drop(rt);
 }
