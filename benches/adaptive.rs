@@ -40,9 +40,9 @@ use std::time::{Duration, Instant};
 use common::args::Args;
 use common::client::{BenchClient, Kind, Read};
 use common::proxy::LinkConfig;
-use common::run::{Case, Outcome, Runtimes, sequential_on};
+use common::run::{Case, Measured, Outcome, Runtimes, measure_rounds, sequential_on};
 use common::server::{Endpoint, Framing, Net};
-use common::table::{Table, conns, ms, ratio};
+use common::table::{Table, conns, count, ms, ratio};
 use common::{BoxError, KIB};
 use drain_on_drop::{DrainOnDropLayer, OriginSnapshot};
 
@@ -113,41 +113,6 @@ impl Policy {
             (Policy::BigFixed, 1) => Some(1102),
             (Policy::BigFixed, 100) => Some(4519),
             _ => None,
-        }
-    }
-}
-
-/// The median run of one policy in one cell, with the adaptive layer's
-/// estimates at the end of that run.
-struct Measured {
-    outcome: Outcome,
-    origins: Vec<OriginSnapshot>,
-    /// The total time of every run.
-    times: Vec<Duration>,
-}
-
-impl Measured {
-    /// Median absolute deviation of the runs' times from the median run.
-    fn mad(&self) -> Duration {
-        let median = self.outcome.elapsed;
-        let mut deviations: Vec<Duration> = self.times.iter().map(|t| t.abs_diff(median)).collect();
-        deviations.sort_unstable();
-        deviations.get(deviations.len() / 2).copied().unwrap_or_default()
-    }
-
-    /// Whether `self` missing `self <= factor * other` (by the medians) is
-    /// within the noise: by no more than the larger median absolute
-    /// deviation of the two policies' runs. Never with a single run.
-    fn within_noise(&self, other: &Measured, factor: f64) -> bool {
-        let excess = self.outcome.elapsed.as_secs_f64() - factor * other.outcome.elapsed.as_secs_f64();
-        self.times.len() > 1 && excess <= self.mad().max(other.mad()).as_secs_f64()
-    }
-
-    /// `min-max` of the runs' times, or `-` for a single run.
-    fn spread(&self) -> String {
-        match (self.times.iter().min(), self.times.iter().max()) {
-            (Some(min), Some(max)) if self.times.len() > 1 => format!("{}-{}", ms(*min), ms(*max)),
-            _ => "-".to_string(),
         }
     }
 }
@@ -279,35 +244,6 @@ fn run_once(
     Ok((outcome, origins))
 }
 
-/// `repeat` rounds of every policy in one cell, each round running every
-/// policy once (starting one policy further each round), so that drift on
-/// the shared machine hits all policies alike; the median run of each.
-fn measure_cell(
-    runtimes: &Runtimes,
-    net: &Net,
-    case: Case,
-    condition: Condition,
-    n: usize,
-    repeat: usize,
-    trace: bool,
-) -> Result<Vec<(Policy, Measured)>, BoxError> {
-    let mut runs: Vec<Vec<(Outcome, Vec<OriginSnapshot>)>> = Policy::ALL.iter().map(|_| Vec::new()).collect();
-    for run in 1..=repeat {
-        for k in 0..Policy::ALL.len() {
-            let i = (k + run - 1) % Policy::ALL.len();
-            runs[i].push(run_once(runtimes, net, Policy::ALL[i], case, condition, n, run, trace)?);
-        }
-    }
-    let measured = Policy::ALL.iter().zip(runs).map(|(policy, runs)| {
-        let times = runs.iter().map(|(o, _)| o.elapsed).collect();
-        let median = Outcome::median(runs.iter().map(|(o, _)| *o).collect());
-        let origins =
-            runs.into_iter().find(|(o, _)| o.elapsed == median.elapsed).map(|(_, s)| s).unwrap_or_default();
-        (*policy, Measured { outcome: median, origins, times })
-    });
-    Ok(measured.collect())
-}
-
 /// One origin's estimates on one line.
 fn describe(o: &OriginSnapshot) -> String {
     let setup = o.setup_cost.map_or("-".to_string(), |d| format!("{} ms", ms(d)));
@@ -320,10 +256,6 @@ fn describe(o: &OriginSnapshot) -> String {
          (new connections {}, reused responses {})",
         o.new_connections, o.reused_responses
     )
-}
-
-fn count(o: &Outcome, f: impl Fn(&drain_on_drop::DrainSnapshot) -> u64) -> String {
-    o.drains.as_ref().map_or("-".to_string(), |d| f(d).to_string())
 }
 
 fn main() -> Result<(), BoxError> {
@@ -396,7 +328,9 @@ fn main() -> Result<(), BoxError> {
             let rtt = &rtt;
             let net = Net::tls_shared_link(*rtt, link);
             let case = Case { len, framing: Framing::ContentLength, read: Read::Unread };
-            let results = measure_cell(&runtimes, &net, case, condition, n, repeat, trace)?;
+            let results = measure_rounds(&Policy::ALL, repeat, |policy, run| {
+                run_once(&runtimes, &net, policy, case, condition, n, run, trace)
+            })?;
             for (policy, measured) in &results {
                 let o = &measured.outcome;
                 table.row(vec![

@@ -30,9 +30,9 @@ use std::time::{Duration, Instant};
 use common::args::Args;
 use common::client::{BenchClient, Kind, Read};
 use common::proxy::LinkConfig;
-use common::run::{Case, Outcome, Runtimes, sequential_on};
+use common::run::{Case, Outcome, Runtimes, measure_rounds, sequential_on};
 use common::server::{Endpoint, Framing, Net};
-use common::table::{Table, conns, ms, ratio};
+use common::table::{Table, conns, count, ms, ratio};
 use common::{BoxError, KIB};
 use drain_on_drop::{DrainOnDropLayer, OriginSnapshot};
 
@@ -95,10 +95,6 @@ fn targeted(rtt: Duration, len: usize) -> bool {
     rtt >= Duration::from_millis(100) || len == 256 * KIB
 }
 
-/// One policy's median run in a cell: its outcome, every run's time, and
-/// the layer's estimates at the end of the median run.
-type Measured = (Policy, Outcome, Vec<Duration>, Vec<OriginSnapshot>);
-
 fn run_once(
     runtimes: &Runtimes,
     net: &Net,
@@ -114,42 +110,6 @@ fn run_once(
         sequential_on(&endpoint, client, n, |_| (uri.clone(), case.read), |_, _, _| {}).await
     })?;
     Ok((outcome, layer.map(|l| l.origins()).unwrap_or_default()))
-}
-
-/// `repeat` rounds of every policy (each round starting one policy further,
-/// so that drift hits all alike); each policy's median run.
-fn measure_cell(
-    runtimes: &Runtimes,
-    net: &Net,
-    case: Case,
-    n: usize,
-    repeat: usize,
-) -> Result<Vec<Measured>, BoxError> {
-    let mut runs: Vec<Vec<(Outcome, Vec<OriginSnapshot>)>> = Policy::ALL.iter().map(|_| Vec::new()).collect();
-    for round in 0..repeat {
-        for k in 0..Policy::ALL.len() {
-            let i = (k + round) % Policy::ALL.len();
-            runs[i].push(run_once(runtimes, net, Policy::ALL[i], case, n)?);
-        }
-    }
-    Ok(Policy::ALL
-        .iter()
-        .zip(runs)
-        .map(|(policy, runs)| {
-            let times: Vec<Duration> = runs.iter().map(|(o, _)| o.elapsed).collect();
-            let median = Outcome::median(runs.iter().map(|(o, _)| *o).collect());
-            let origins = runs
-                .into_iter()
-                .find(|(o, _)| o.elapsed == median.elapsed)
-                .map(|(_, s)| s)
-                .unwrap_or_default();
-            (*policy, median, times, origins)
-        })
-        .collect())
-}
-
-fn count(o: &Outcome, f: impl Fn(&drain_on_drop::DrainSnapshot) -> u64) -> String {
-    o.drains.as_ref().map_or("-".to_string(), |d| f(d).to_string())
 }
 
 fn main() -> Result<(), BoxError> {
@@ -187,13 +147,11 @@ fn main() -> Result<(), BoxError> {
         let net = Net::tls_shared_link(rtt, link);
         for kib in [16, 64, 256] {
             let case = Case { len: kib * KIB, framing: Framing::ContentLength, read: Read::Unread };
-            let results = measure_cell(&runtimes, &net, case, n, repeat)?;
-            let control = results.iter().find(|r| r.0 == Policy::ReadToEnd).expect("measured").1;
-            for (policy, o, times, origins) in &results {
-                let spread = match (times.iter().min(), times.iter().max()) {
-                    (Some(a), Some(b)) if times.len() > 1 => format!("{}-{}", ms(*a), ms(*b)),
-                    _ => "-".to_string(),
-                };
+            let results =
+                measure_rounds(&Policy::ALL, repeat, |policy, _| run_once(&runtimes, &net, policy, case, n))?;
+            let control = results.iter().find(|r| r.0 == Policy::ReadToEnd).expect("measured").1.outcome;
+            for (policy, measured) in &results {
+                let (o, origins) = (&measured.outcome, &measured.origins);
                 let vs = format!(
                     "{:.2}×, {:+}",
                     ratio(o.elapsed, control.elapsed),
@@ -204,7 +162,7 @@ fn main() -> Result<(), BoxError> {
                     format!("{kib} KiB"),
                     policy.label().to_string(),
                     ms(o.elapsed),
-                    spread,
+                    measured.spread(),
                     conns(o),
                     count(o, |d| d.drained),
                     count(o, |d| d.abandoned),

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use drain_on_drop::DrainSnapshot;
+use drain_on_drop::{DrainSnapshot, OriginSnapshot};
 use http::Uri;
 use tokio::runtime::{Builder, Runtime};
 use tokio::task::JoinSet;
@@ -15,6 +15,7 @@ use tokio::task::JoinSet;
 use super::BoxError;
 use super::client::{BenchClient, Kind, Read};
 use super::server::{Endpoint, Framing, Net};
+use super::table::ms;
 
 /// How long a run may take to go quiet after its last request.
 const SETTLE: Duration = Duration::from_secs(5);
@@ -25,6 +26,68 @@ pub struct Case {
     pub len: usize,
     pub framing: Framing,
     pub read: Read,
+}
+
+/// The median run of one policy in one cell of a bench comparing
+/// policies, with the layer's estimates at the end of that run.
+pub struct Measured {
+    pub outcome: Outcome,
+    pub origins: Vec<OriginSnapshot>,
+    /// The total time of every run.
+    pub times: Vec<Duration>,
+}
+
+impl Measured {
+    /// Median absolute deviation of the runs' times from the median run.
+    pub fn mad(&self) -> Duration {
+        let median = self.outcome.elapsed;
+        let mut deviations: Vec<Duration> = self.times.iter().map(|t| t.abs_diff(median)).collect();
+        deviations.sort_unstable();
+        deviations.get(deviations.len() / 2).copied().unwrap_or_default()
+    }
+
+    /// Whether `self` missing `self <= factor * other` (by the medians) is
+    /// within the noise: by no more than the larger median absolute
+    /// deviation of the two policies' runs. Never with a single run.
+    pub fn within_noise(&self, other: &Measured, factor: f64) -> bool {
+        let excess = self.outcome.elapsed.as_secs_f64() - factor * other.outcome.elapsed.as_secs_f64();
+        self.times.len() > 1 && excess <= self.mad().max(other.mad()).as_secs_f64()
+    }
+
+    /// `min-max` of the runs' times, or `-` for a single run.
+    pub fn spread(&self) -> String {
+        match (self.times.iter().min(), self.times.iter().max()) {
+            (Some(min), Some(max)) if self.times.len() > 1 => format!("{}-{}", ms(*min), ms(*max)),
+            _ => "-".to_string(),
+        }
+    }
+}
+
+/// `repeat` rounds of every policy of a cell, each round running every
+/// policy once (starting one policy further each round), so that drift on
+/// the shared machine hits all policies alike; the median run of each.
+/// `run(policy, round)` runs one, `round` counting from 1, and returns its
+/// outcome and the layer's estimates at its end.
+pub fn measure_rounds<P: Copy>(
+    policies: &[P],
+    repeat: usize,
+    mut run: impl FnMut(P, usize) -> Result<(Outcome, Vec<OriginSnapshot>), BoxError>,
+) -> Result<Vec<(P, Measured)>, BoxError> {
+    let mut runs: Vec<Vec<(Outcome, Vec<OriginSnapshot>)>> = policies.iter().map(|_| Vec::new()).collect();
+    for round in 1..=repeat {
+        for k in 0..policies.len() {
+            let i = (k + round - 1) % policies.len();
+            runs[i].push(run(policies[i], round)?);
+        }
+    }
+    let measured = policies.iter().zip(runs).map(|(policy, runs)| {
+        let times = runs.iter().map(|(o, _)| o.elapsed).collect();
+        let median = Outcome::median(runs.iter().map(|(o, _)| *o).collect());
+        let origins =
+            runs.into_iter().find(|(o, _)| o.elapsed == median.elapsed).map(|(_, s)| s).unwrap_or_default();
+        (*policy, Measured { outcome: median, origins, times })
+    });
+    Ok(measured.collect())
 }
 
 /// What one run measured.

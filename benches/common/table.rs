@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use drain_on_drop::DrainSnapshot;
+
 use super::run::Outcome;
 
 /// A Markdown table printed once complete.
@@ -78,6 +80,11 @@ pub fn drained(o: &Outcome) -> String {
         Some(d) => format!("{}/{}", d.drained, d.drained + d.abandoned + d.skipped + d.failed),
         None => "-".to_string(),
     }
+}
+
+/// One of the layer's counters for the layer's runs, `-` otherwise.
+pub fn count(o: &Outcome, f: impl Fn(&DrainSnapshot) -> u64) -> String {
+    o.drains.as_ref().map_or("-".to_string(), |d| f(d).to_string())
 }
 
 /// `yes` or `NO`, for a figure checked against a target.
