@@ -62,7 +62,8 @@ impl DropContext {
         elapsed: std::time::Duration,
         view: Option<OriginView>,
     ) {
-        if let Some(origin) = &self.origin {
+        // Outcomes only steer adaptive mode's probes.
+        if let (Some(origin), true) = (&self.origin, self.shared.config.adaptive) {
             origin.record_outcome(reason);
         }
         self.shared.stats.record(&Report {
@@ -183,8 +184,8 @@ struct Drain<B> {
     /// Data bytes read so far.
     bytes: u64,
     /// When the body first had to wait for the server, and the bytes read
-    /// before, on a warm connection: what came after is the link's
-    /// throughput.
+    /// before: what came after is the link's throughput, a sample the origin
+    /// keeps if the connection was warm (`Origin::record_drain`).
     first_wait: Option<(Instant, u64)>,
     /// A data frame took `bytes` past the allowance: one more frame is read
     /// to see whether the body ends there.
@@ -245,7 +246,7 @@ where
             }
             let frame = match body.as_mut().poll_frame(cx) {
                 Poll::Pending => {
-                    if self.first_wait.is_none() && self.ctx.warm {
+                    if self.first_wait.is_none() && self.ctx.origin.is_some() {
                         self.first_wait = Some((Instant::now(), self.bytes));
                     }
                     if let Some(sleep) = sleep {

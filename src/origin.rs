@@ -362,11 +362,13 @@ impl Origin {
     pub(crate) fn record_outcome(&self, reason: Reason) {
         // Drains that ran and gave up; a skip is a decision the estimates
         // made, right on a LAN, and probing it would waste the link.
-        let missed = matches!(reason, Reason::OverTime | Reason::OverBytes);
-        let mut est = self.estimates();
+        let mut est = match reason {
+            Reason::EndOfBody | Reason::OverTime | Reason::OverBytes => self.estimates(),
+            _ => return,
+        };
         if reason == Reason::EndOfBody {
             est.misses = 0;
-        } else if missed {
+        } else {
             est.misses = est.misses.saturating_add(1);
         }
     }

@@ -89,7 +89,10 @@ impl Shared {
     /// opened: says so once per layer, at WARN, since adaptive mode then
     /// silently falls back to the default budget.
     pub(crate) fn warn_unobserved_once(&self) {
-        if !self.warned_unobserved.swap(true, Ordering::Relaxed) {
+        // A load first: after the warning, no write per response.
+        if !self.warned_unobserved.load(Ordering::Relaxed)
+            && !self.warned_unobserved.swap(true, Ordering::Relaxed)
+        {
             tracing::warn!(
                 target: "drain_on_drop",
                 "adaptive mode without an observer: nothing measures what a new connection costs, so \
