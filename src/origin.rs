@@ -296,6 +296,8 @@ impl Estimates {
 /// What is known about one origin.
 pub(crate) struct Origin {
     key: OriginKey,
+    /// The table's clock at this origin's last lookup: written and read
+    /// under the table's lock (atomic only because origins are shared).
     last_used: AtomicU64,
     estimates: Mutex<Estimates>,
 }
@@ -509,8 +511,14 @@ pub struct OriginSnapshot {
     pub reused_responses: u64,
 }
 
-/// Origins by their hash ([`Parts::hash`]).
-type Table = HashMap<u64, Arc<Origin>, BuildHasherDefault<PreHashed>>;
+/// Origins by their hash ([`Parts::hash`]), and the clock their
+/// `last_used` is read from.
+#[derive(Default)]
+struct Table {
+    by_hash: HashMap<u64, Arc<Origin>, BuildHasherDefault<PreHashed>>,
+    /// Lookups so far.
+    clock: u64,
+}
 
 /// The table's keys are hashes already, keyed by [`Origins`]' own
 /// `RandomState`: used as they are rather than hashed a second time.
@@ -542,7 +550,6 @@ pub(crate) struct Origins {
     /// every lookup.
     table: Mutex<Table>,
     hasher: RandomState,
-    clock: AtomicU64,
 }
 
 impl Origins {
@@ -557,8 +564,10 @@ impl Origins {
     pub(crate) fn get(&self, uri: &Uri) -> Option<Arc<Origin>> {
         let parts = Parts::of(uri)?;
         let id = parts.hash(&self.hasher);
-        let now = self.clock.fetch_add(1, Ordering::Relaxed);
-        let mut table = self.table();
+        let mut guard = self.table();
+        let Table { by_hash: table, clock } = &mut *guard;
+        *clock += 1;
+        let now = *clock;
         if let Some(origin) = table.get(&id) {
             origin.last_used.store(now, Ordering::Relaxed);
             return origin.key.matches(parts).then(|| origin.clone());
@@ -581,7 +590,7 @@ impl Origins {
 
     /// Origins tracked now.
     pub(crate) fn len(&self) -> usize {
-        self.table().len()
+        self.table().by_hash.len()
     }
 
     /// Every origin's estimates, sorted by origin, each with the budget
@@ -591,7 +600,7 @@ impl Origins {
         adaptive: bool,
         budget: impl Fn(&Origin) -> Option<DrainBudget>,
     ) -> Vec<OriginSnapshot> {
-        let origins: Vec<Arc<Origin>> = self.table().values().cloned().collect();
+        let origins: Vec<Arc<Origin>> = self.table().by_hash.values().cloned().collect();
         let mut out: Vec<_> = origins.iter().map(|o| o.snapshot(adaptive, &budget)).collect();
         out.sort_by(|a, b| a.origin.cmp(&b.origin));
         out
