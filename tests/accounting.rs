@@ -19,9 +19,7 @@ use http_body::{Body, Frame, SizeHint};
 use http_body_util::Full;
 use tower::{Service, ServiceBuilder, ServiceExt};
 
-use support::{RawServer, SECONDS, Step, big_or_small, client, content_length, get, wait_for};
-
-const SLACK: Duration = Duration::from_secs(5);
+use support::{RawServer, SECONDS, SLACK, Step, big_or_small, client, content_length, get, wait_for};
 
 fn runtime(workers: usize) -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread().worker_threads(workers).enable_all().build().unwrap()

@@ -61,7 +61,7 @@ async fn server(len: usize, piece: usize, slow_piece: usize, think: Duration) ->
             steps.push(Step::Sleep(think));
         }
         let piece = if head.path == "/slow" { slow_piece } else { piece };
-        steps.push(Step::Write(format!("HTTP/1.1 200 OK\r\ncontent-length: {len}\r\n\r\n").into_bytes()));
+        steps.push(Step::Write(cl_head(len)));
         steps.push(Step::Paced { seed: 0, len, piece, every: Duration::from_millis(5) });
         steps
     })
@@ -335,14 +335,11 @@ async fn one_sample_under_cross_traffic_does_not_stop_draining() {
     let server = RawServer::start(|head| {
         let every = Duration::from_millis(5);
         if head.path == "/slow" {
-            let mut steps = vec![Step::Write(
-                format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n", 64 * KIB).into_bytes(),
-            )];
+            let mut steps = vec![Step::Write(cl_head(64 * KIB))];
             steps.push(Step::Paced { seed: 0, len: 64 * KIB, piece: 3 * KIB, every });
             steps
         } else {
-            let mut steps =
-                vec![Step::Write(format!("HTTP/1.1 200 OK\r\ncontent-length: {MIB}\r\n\r\n").into_bytes())];
+            let mut steps = vec![Step::Write(cl_head(MIB))];
             steps.push(Step::Paced { seed: 0, len: MIB, piece: 256 * KIB, every });
             steps
         }
@@ -399,7 +396,7 @@ async fn a_far_origin_drains_bodies_the_fixed_default_skips() {
             counter.fetch_add(1, Ordering::SeqCst);
         }
         vec![
-            Step::Write(format!("HTTP/1.1 200 OK\r\ncontent-length: {MIB}\r\n\r\n").into_bytes()),
+            Step::Write(cl_head(MIB)),
             Step::Paced { seed: 0, len: MIB, piece: 256 * KIB, every: Duration::from_millis(5) },
         ]
     })

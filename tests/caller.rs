@@ -26,9 +26,6 @@ use tower::{Layer, Service, ServiceBuilder, ServiceExt};
 
 use support::*;
 
-/// A time budget no honest drain here reaches.
-const SECONDS: Duration = Duration::from_secs(30);
-
 fn current_thread() -> Runtime {
     Builder::new_current_thread().enable_all().build().unwrap()
 }
@@ -73,10 +70,6 @@ fn rest_comes_later(_: &Head) -> Vec<Step> {
 /// test ends: a drain of it ends only on its time budget.
 fn stalls(_: &Head) -> Vec<Step> {
     vec![Step::Write([cl_head(4096), body_bytes(0, 512)].concat()), Step::Hang]
-}
-
-fn cl_head(len: usize) -> Vec<u8> {
-    format!("HTTP/1.1 200 OK\r\ncontent-length: {len}\r\n\r\n").into_bytes()
 }
 
 /// A raw server on a multi-thread runtime of its own.

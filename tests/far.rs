@@ -26,7 +26,7 @@ const FAR: Duration = Duration::from_millis(300);
 /// 100 ms later.
 fn far_origin(_: &Head) -> Vec<Step> {
     let body = body_bytes(1, 64 * KIB);
-    let mut first = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n", body.len()).into_bytes();
+    let mut first = cl_head(body.len());
     first.extend_from_slice(&body[..16 * KIB]);
     vec![
         Step::Sleep(FAR),

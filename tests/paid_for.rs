@@ -10,10 +10,7 @@ use std::time::Duration;
 use drain_on_drop::{DrainOnDropLayer, DrainSnapshot, Reason};
 use tower::{Service, ServiceBuilder, ServiceExt};
 
-use support::{CountingConnector, RawServer, SECONDS, Step, TestClient, client, get, wait_for};
-
-const KIB: usize = 1024;
-const SLACK: Duration = Duration::from_secs(5);
+use support::{CountingConnector, KIB, RawServer, SECONDS, SLACK, Step, TestClient, client, get, wait_for};
 
 /// uvicorn's (h11's) pattern: data in 16 KiB chunks, then the final
 /// `0\r\n\r\n` in a separate, later write.

@@ -8,7 +8,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
-use crate::support::{body_bytes, content_length_of};
+use crate::support::{body_bytes, cl_head, content_length_of};
 
 /// Answers every request with `body_bytes(seed, len)` (`Content-Length`) as
 /// soon as the request head has arrived, and only then reads and discards
@@ -76,7 +76,7 @@ async fn serve(mut stream: TcpStream, seed: u64, len: usize, bodies_read: Arc<At
         let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
         buf.drain(..end + 4);
         // The answer, before the body.
-        let mut response = format!("HTTP/1.1 200 OK\r\ncontent-length: {len}\r\n\r\n").into_bytes();
+        let mut response = cl_head(len);
         response.extend(body_bytes(seed, len));
         if stream.write_all(&response).await.is_err() {
             return;

@@ -257,11 +257,6 @@ pub(crate) async fn read_bytes(body: &mut DrainBody<Incoming>, n: usize) -> usiz
 /// A chunked response head.
 pub(crate) const CHUNKED_HEAD: &[u8] = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n";
 
-/// A `Content-Length` response head.
-pub(crate) fn cl_head(len: usize) -> Vec<u8> {
-    format!("HTTP/1.1 200 OK\r\ncontent-length: {len}\r\n\r\n").into_bytes()
-}
-
 /// A complete response that must never reach any caller: if it does, the
 /// `x-smuggled` header and its body give it away.
 pub(crate) const SMUGGLED: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 8\r\nx-smuggled: 1\r\n\r\nSMUGGLED";

@@ -8,15 +8,12 @@ mod support;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use drain_on_drop::DrainOnDropLayer;
 use http_body_util::BodyExt;
 use tower::{Service, ServiceBuilder, ServiceExt};
 
-use support::{SECONDS, big_or_small, client, wait_for};
-
-const SLACK: Duration = Duration::from_secs(5);
+use support::{SECONDS, SLACK, big_or_small, client, wait_for};
 
 /// One event as a capturing subscriber saw it.
 #[derive(Clone, Debug, Default)]

@@ -83,7 +83,7 @@ fn script(head: &Head) -> Vec<Step> {
     let pause = Step::Sleep(Duration::from_millis(pause));
     let body = body_bytes(seed, len);
     if chunk == 0 {
-        let mut first = format!("HTTP/1.1 200 OK\r\ncontent-length: {len}\r\n\r\n").into_bytes();
+        let mut first = cl_head(len);
         first.extend_from_slice(&body[..half]);
         vec![Step::Write(first), pause, Step::Write(body[half..].to_vec())]
     } else {

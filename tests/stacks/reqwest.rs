@@ -11,7 +11,6 @@ mod reqwest_example;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
 
 use bytes::Bytes;
 use drain_on_drop::{DrainOnDropLayer, Reason};
@@ -20,9 +19,7 @@ use hyper_util::rt::TokioIo;
 use rustls::ServerConfig;
 use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
 
-use support::{RawServer, SECONDS, assert_keeps_half, content_length, wait_for};
-
-const SLACK: Duration = Duration::from_secs(5);
+use support::{RawServer, SECONDS, SLACK, accept_each, assert_keeps_half, content_length, wait_for};
 
 async fn run(drain: bool) -> (usize, drain_on_drop::DrainSnapshot) {
     let server = RawServer::start(|_| content_length(1, 64 * 1024)).await;
@@ -89,25 +86,19 @@ async fn tls_server() -> (u16, reqwest::Certificate, Arc<AtomicUsize>) {
         .unwrap();
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let accepted = Arc::new(AtomicUsize::new(0));
-    let counter = accepted.clone();
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            counter.fetch_add(1, Ordering::SeqCst);
-            let acceptor = acceptor.clone();
-            tokio::spawn(async move {
-                let Ok(tls) = acceptor.accept(stream).await else { return };
-                let svc = hyper::service::service_fn(|_| async {
-                    let body = Full::new(Bytes::from(support::body_bytes(3, 64 * 1024)));
-                    Ok::<_, Infallible>(http::Response::new(body))
-                });
-                let _ =
-                    hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(tls), svc).await;
+    let (addr, accepted) = accept_each(move |io| {
+        let acceptor = acceptor.clone();
+        async move {
+            let Ok(tls) = acceptor.accept(io.into_inner()).await else { return };
+            let svc = hyper::service::service_fn(|_| async {
+                let body = Full::new(Bytes::from(support::body_bytes(3, 64 * 1024)));
+                Ok::<_, Infallible>(http::Response::new(body))
             });
+            let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(tls), svc).await;
         }
-    });
+    })
+    .await;
+    let port = addr.port();
     (port, reqwest::Certificate::from_der(&cert).unwrap(), accepted)
 }
 
@@ -149,29 +140,21 @@ async fn the_adapter_keeps_reqwest_tls_connections_with_default_features() {
 /// 1 MiB of text, gzipped by tower-http's compression as it is sent
 /// (chunked, a few KiB on the wire); the connections accepted.
 async fn gzip_server() -> (String, Arc<AtomicUsize>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/", listener.local_addr().unwrap());
-    let accepted = Arc::new(AtomicUsize::new(0));
-    let counter = accepted.clone();
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            counter.fetch_add(1, Ordering::SeqCst);
-            let svc = tower::ServiceBuilder::new()
-                .layer(tower_http::compression::CompressionLayer::new())
-                .service_fn(|_: http::Request<hyper::body::Incoming>| async {
-                    let text = "a compressible line of text, repeated\n".repeat(1 << 20).into_bytes();
-                    let body = Full::new(Bytes::from(text[..1 << 20].to_vec()));
-                    Ok::<_, Infallible>(
-                        http::Response::builder().header("content-type", "text/plain").body(body).unwrap(),
-                    )
-                });
-            let svc = hyper_util::service::TowerToHyperService::new(svc);
-            tokio::spawn(
-                hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc),
-            );
-        }
-    });
-    (url, accepted)
+    let (addr, accepted) = accept_each(|io| {
+        let svc = tower::ServiceBuilder::new()
+            .layer(tower_http::compression::CompressionLayer::new())
+            .service_fn(|_: http::Request<hyper::body::Incoming>| async {
+                let text = "a compressible line of text, repeated\n".repeat(1 << 20).into_bytes();
+                let body = Full::new(Bytes::from(text[..1 << 20].to_vec()));
+                Ok::<_, Infallible>(
+                    http::Response::builder().header("content-type", "text/plain").body(body).unwrap(),
+                )
+            });
+        hyper::server::conn::http1::Builder::new()
+            .serve_connection(io, hyper_util::service::TowerToHyperService::new(svc))
+    })
+    .await;
+    (format!("http://{addr}/"), accepted)
 }
 
 /// reqwest with `gzip`: as the recipes' adapter puts it, the drain reads what

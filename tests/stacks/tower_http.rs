@@ -81,7 +81,7 @@ async fn the_early_drop_hook_above_the_drain_sees_every_early_drop() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_body_deadline_below_the_drain_bounds_what_the_caller_reads() {
     let server = RawServer::start(|head| match head.path.as_str() {
-        "/stall" => vec![Step::Write(cl_head_and(4096, &body_bytes(1, 512))), Step::Hang],
+        "/stall" => vec![Step::Write([cl_head(4096), body_bytes(1, 512)].concat()), Step::Hang],
         _ => content_length(2, 64 * KIB),
     })
     .await;
@@ -114,10 +114,4 @@ async fn the_body_deadline_below_the_drain_bounds_what_the_caller_reads() {
     assert_eq!(s.count(Reason::EndOfBody), 5, "{s:?}");
     // Read by the drain through the deadline body, every byte of each.
     assert_eq!(s.bytes_drained, 5 * 64 * KIB as u64, "{s:?}");
-}
-
-fn cl_head_and(len: usize, first: &[u8]) -> Vec<u8> {
-    let mut out = format!("HTTP/1.1 200 OK\r\ncontent-length: {len}\r\n\r\n").into_bytes();
-    out.extend_from_slice(first);
-    out
 }

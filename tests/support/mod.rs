@@ -324,9 +324,14 @@ pub fn content_length_of(head: &str) -> usize {
         .unwrap_or(0)
 }
 
+/// A `200 OK` response head with `Content-Length: len`.
+pub fn cl_head(len: usize) -> Vec<u8> {
+    format!("HTTP/1.1 200 OK\r\ncontent-length: {len}\r\n\r\n").into_bytes()
+}
+
 /// Steps for a `Content-Length` response carrying `body_bytes(seed, len)`.
 pub fn content_length(seed: u64, len: usize) -> Vec<Step> {
-    let mut out = format!("HTTP/1.1 200 OK\r\ncontent-length: {len}\r\n\r\n").into_bytes();
+    let mut out = cl_head(len);
     out.extend(body_bytes(seed, len));
     vec![Step::Write(out)]
 }

@@ -36,12 +36,11 @@ use tower::{Service, ServiceBuilder, ServiceExt};
 
 use crate::servers::{Server, ServerCounts};
 use crate::support::{
-    self, CountingConnector, SECONDS, keeps_half_bound, read_all, read_one_frame, wait_for,
+    self, CountingConnector, KIB, SECONDS, keeps_half_bound, read_all, read_one_frame, wait_for,
 };
 
 /// Sequential requests per client and cell.
 pub(crate) const N: usize = 100;
-pub(crate) const KIB: usize = 1024;
 
 /// How the server frames the body, asserted on every response.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -55,9 +55,10 @@ use std::future::Future;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use cells::{Bound, Framing, KIB, Target, matrix};
+use cells::{Bound, Framing, Target, matrix};
 use servers::Server;
 use sse::SseClient;
+use support::KIB;
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
