@@ -50,12 +50,6 @@ fn only(s: &DrainSnapshot) -> Vec<(Reason, u64)> {
     s.iter().filter(|(_, n)| *n > 0).collect()
 }
 
-/// Waits on a plain thread until no drain runs.
-fn settled(stats: &DrainStats) -> DrainSnapshot {
-    wait_blocking("every drain to end", SECONDS + SLACK, || stats.snapshot().in_flight == 0);
-    stats.snapshot()
-}
-
 /// `Content-Length: 8 KiB`: 1 KiB with the head, the rest 50 ms later, so a
 /// drain of it has to wait for the server.
 fn rest_comes_later(_: &Head) -> Vec<Step> {
@@ -104,7 +98,7 @@ fn a_body_dropped_on_a_plain_thread_drains_on_the_live_runtime_it_arrived_on() {
         (svc, res)
     });
     std::thread::spawn(move || drop(res)).join().unwrap();
-    let s = settled(&stats);
+    let s = settle_blocking(&stats, SECONDS);
     assert_eq!(only(&s), [(Reason::EndOfBody, 1)], "drained on the runtime it arrived on: {s:?}");
     assert_eq!(s.bytes_drained, 8 * KIB as u64);
     drop(svc);
@@ -207,7 +201,7 @@ fn dropping_a_body_whose_frames_take_a_lock_the_caller_holds_returns() {
             }
             drop(held);
         });
-        let s = settled(&stats);
+        let s = settle_blocking(&stats, SECONDS);
         assert_eq!(only(&s), [(Reason::EndOfBody, 1)], "{what}: drained on the runtime once free: {s:?}");
         assert_eq!(s.bytes_drained, 1000, "{what}");
     }
@@ -423,7 +417,7 @@ fn a_drop_during_a_panic_is_counted_once_as_unwinding() {
     })
     .join();
     assert!(panicked.is_err(), "the panic is the caller's");
-    let s = settled(&stats);
+    let s = settle_blocking(&stats, SECONDS);
     assert_eq!(only(&s), [(Reason::Unwinding, 1)], "{s:?}");
     assert_eq!(s.bytes_drained, 0);
     drop(svc);
@@ -455,7 +449,7 @@ fn a_body_in_memory_drains_on_a_runtime_and_is_skipped_unread_without_one() {
     let mut svc = layer.layer(serving(1000, body));
     let res = rt.block_on(async { svc.ready().await.unwrap().call(Request::new(())).await.unwrap() });
     drop(res);
-    let s = settled(&stats);
+    let s = settle_blocking(&stats, SECONDS);
     assert_eq!((only(&s), s.bytes_drained), (vec![(Reason::EndOfBody, 1)], 1000), "{s:?}");
 }
 

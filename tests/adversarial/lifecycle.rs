@@ -627,8 +627,7 @@ fn body_dropped_inside_another_runtime_drains_on_the_runtime_it_arrived_on() {
     let other = runtime(Flavor::CurrentThread);
     other.block_on(async move { drop(res) });
     drop(other);
-    wait_blocking("the drain to end", GENEROUS + SLACK, || stats.snapshot().in_flight == 0);
-    let s = stats.snapshot();
+    let s = settle_blocking(&stats, GENEROUS);
     assert_eq!(counted(&s), Counted::drained(1), "drained on the runtime it arrived on: {s:?}");
     assert_eq!(s.bytes_drained, 8 * KIB as u64);
     drop(svc);

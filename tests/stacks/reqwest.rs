@@ -19,7 +19,7 @@ use hyper_util::rt::TokioIo;
 use rustls::ServerConfig;
 use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
 
-use support::{RawServer, SECONDS, SLACK, accept_each, assert_keeps_half, content_length, wait_for};
+use support::{RawServer, SECONDS, accept_each, assert_keeps_half, content_length, settle};
 
 async fn run(drain: bool) -> (usize, drain_on_drop::DrainSnapshot) {
     let server = RawServer::start(|_| content_length(1, 64 * 1024)).await;
@@ -36,8 +36,7 @@ async fn run(drain: bool) -> (usize, drain_on_drop::DrainSnapshot) {
         assert!(res.error_for_status_ref().is_ok());
         assert_eq!(res.url().as_str(), url, "the URL survives the round trip");
         drop(res);
-        let stats = layer.stats();
-        wait_for("the drain to end", SECONDS + SLACK, || stats.snapshot().in_flight == 0).await;
+        settle(&layer.stats(), SECONDS).await;
     }
     (server.accepted(), layer.stats().snapshot())
 }
@@ -122,8 +121,7 @@ async fn the_adapter_keeps_reqwest_tls_connections_with_default_features() {
             assert_eq!(res.version(), http::Version::HTTP_11);
             assert!(res.status().is_success());
             drop(res);
-            let stats = layer.stats();
-            wait_for("the drain to end", SECONDS + SLACK, || stats.snapshot().in_flight == 0).await;
+            settle(&layer.stats(), SECONDS).await;
         }
         accepted.push(count.load(Ordering::SeqCst));
     }
@@ -184,8 +182,7 @@ async fn with_gzip_the_drain_reads_wire_bytes_when_decompression_is_above_it() {
             } else {
                 drop(res);
             }
-            let stats = layer.stats();
-            wait_for("the drain to end", SECONDS + SLACK, || stats.snapshot().in_flight == 0).await;
+            settle(&layer.stats(), SECONDS).await;
         }
         let s = layer.stats().snapshot();
         println!(

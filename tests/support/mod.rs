@@ -512,6 +512,13 @@ pub async fn settle(stats: &DrainStats, max_time: Duration) -> DrainSnapshot {
     stats.snapshot()
 }
 
+/// [`settle`] on a plain thread, for tests that drive runtimes of their own.
+pub fn settle_blocking(stats: &DrainStats, max_time: Duration) -> DrainSnapshot {
+    let deadline = max_time.saturating_add(SLACK);
+    wait_blocking("every drain to end within max_time + SLACK", deadline, || stats.snapshot().in_flight == 0);
+    stats.snapshot()
+}
+
 /// Reads a whole body, returning its bytes.
 pub async fn read_all<B>(body: B) -> Result<Vec<u8>, B::Error>
 where
