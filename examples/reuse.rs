@@ -104,8 +104,10 @@ async fn run(label: &str, url: &Uri, n: usize, layer: DrainOnDropLayer) -> Resul
     let mut http = HttpConnector::new();
     http.set_nodelay(true);
     http.enforce_http(false);
+    // rustls with its ring provider, named: a program whose dependencies
+    // enable two providers (ring and aws-lc-rs) has no process default.
     let https = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_webpki_roots()
+        .with_provider_and_webpki_roots(rustls::crypto::ring::default_provider())?
         .https_or_http()
         .enable_http1()
         .wrap_connector(http);

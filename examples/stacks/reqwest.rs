@@ -78,6 +78,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         }
     });
 
+    // This repository builds reqwest with `rustls-no-provider` and names
+    // rustls' ring provider; with reqwest's default features (aws-lc-rs),
+    // leave this line out.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let client = reqwest::Client::new();
     let layer = DrainOnDropLayer::new();
     for i in 0..20 {

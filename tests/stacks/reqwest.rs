@@ -19,11 +19,19 @@ use hyper_util::rt::TokioIo;
 use rustls::ServerConfig;
 use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
 
+/// A reqwest client builder with rustls' ring provider installed: this
+/// repository builds reqwest with `rustls-no-provider` (ring, as every other
+/// TLS set-up here), where reqwest's default features would bring aws-lc-rs.
+fn reqwest_builder() -> reqwest::ClientBuilder {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder()
+}
+
 use support::{RawServer, SECONDS, accept_each, assert_keeps_half, content_length, settle};
 
 async fn run(drain: bool) -> (usize, drain_on_drop::DrainSnapshot) {
     let server = RawServer::start(|_| content_length(1, 64 * 1024)).await;
-    let client = reqwest::Client::new();
+    let client = reqwest_builder().build().unwrap();
     // Seconds of time budget: every drain reaches the end on any machine.
     let layer = DrainOnDropLayer::new().max_time(SECONDS);
     let url = format!("http://{}/x", server.addr);
@@ -58,7 +66,7 @@ async fn reqwest_responses_dropped_unread_keep_their_connections_with_the_drain(
 async fn a_reqwest_response_keeps_its_api_after_the_round_trip() {
     let server = RawServer::start(|_| content_length(2, 1000)).await;
     let layer = DrainOnDropLayer::new();
-    let res = reqwest_example::send(&layer, reqwest::Client::new().get(format!("http://{}/", server.addr)))
+    let res = reqwest_example::send(&layer, reqwest_builder().build().unwrap().get(format!("http://{}/", server.addr)))
         .await
         .unwrap();
     assert_eq!(res.content_length(), Some(1000));
@@ -110,7 +118,7 @@ async fn the_adapter_keeps_reqwest_tls_connections_with_default_features() {
     let layer = DrainOnDropLayer::new().max_time(SECONDS);
     for drain in [false, true] {
         let (port, cert, count) = tls_server().await;
-        let client = reqwest::Client::builder().tls_certs_only([cert]).build().unwrap();
+        let client = reqwest_builder().tls_certs_only([cert]).build().unwrap();
         let url = format!("https://localhost:{port}/");
         for _ in 0..20 {
             let res = if drain {
@@ -165,8 +173,8 @@ async fn with_gzip_the_drain_reads_wire_bytes_when_decompression_is_above_it() {
     for how in ["reqwest alone", "adapter", "decoded above the drain"] {
         let (url, accepted) = gzip_server().await;
         let layer = DrainOnDropLayer::new().max_time(SECONDS);
-        let decoding = reqwest::Client::new();
-        let raw = reqwest::Client::builder().no_gzip().build().unwrap();
+        let decoding = reqwest_builder().build().unwrap();
+        let raw = reqwest_builder().no_gzip().build().unwrap();
         for i in 0..N {
             let res = match how {
                 "reqwest alone" => decoding.get(&url).send().await.unwrap(),
