@@ -100,7 +100,7 @@ async fn local_server(size: usize) -> Result<Uri, Error> {
 }
 
 /// Sends `n` sequential GETs, dropping every body unread; prints the result.
-async fn run(label: &str, url: &Uri, n: usize, layer: DrainOnDropLayer) -> Result<(), Error> {
+async fn run(label: &str, url: &Uri, n: usize, layer: DrainOnDropLayer, draining: bool) -> Result<(), Error> {
     let mut http = HttpConnector::new();
     http.set_nodelay(true);
     http.enforce_http(false);
@@ -117,6 +117,7 @@ async fn run(label: &str, url: &Uri, n: usize, layer: DrainOnDropLayer) -> Resul
     let connector = layer.observe(https);
     let client = Client::builder(TokioExecutor::new()).build::<_, Empty<Bytes>>(connector);
     let stats = layer.stats();
+    let origins = layer.clone();
     let mut svc = ServiceBuilder::new().layer(layer).service(client);
 
     let start = Instant::now();
@@ -129,10 +130,10 @@ async fn run(label: &str, url: &Uri, n: usize, layer: DrainOnDropLayer) -> Resul
         }
     }
     let elapsed = start.elapsed();
-    // Let the last drain end (each is bounded by `max_time`) before reporting.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while stats.snapshot().in_flight > 0 && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(1)).await;
+    // Let the last drain end (each is bounded by its time budget, at most
+    // 1 s by default) before reporting.
+    if !stats.wait_idle(Duration::from_secs(5)).await {
+        eprintln!("warning: drains still running after 5 s; the counts below miss them");
     }
     let s = stats.snapshot();
     let r = stats.reuse();
@@ -154,6 +155,17 @@ async fn run(label: &str, url: &Uri, n: usize, layer: DrainOnDropLayer) -> Resul
     for (reason, count) in s.iter().filter(|(_, count)| *count > 0) {
         println!("    {:<9} {:<22} {count}", reason.outcome().as_str(), reason.as_str());
     }
+    // What each origin's drains were given: the default time budget follows
+    // the round trip the layer measured.
+    for origin in origins.origins().into_iter().filter(|_| draining) {
+        let budget = match origin.budget {
+            Some(b) => format!("{} KiB in {} ms", b.max_bytes() / 1024, b.max_time().as_millis()),
+            None => "the fixed budgets".to_string(),
+        };
+        let rtt =
+            origin.round_trip.map_or("none yet".to_string(), |d| format!("{:.1} ms", d.as_secs_f64() * 1e3));
+        println!("  origin {}: round trip {rtt}, drain budget {budget}", origin.origin);
+    }
     Ok(())
 }
 
@@ -169,10 +181,11 @@ async fn main() -> Result<(), Error> {
         }
     };
     run(
-        "without draining (max_bytes = 0, as hyper-util alone):",
+        "without draining (DrainOnDropLayer::new().enabled(false), as hyper-util alone):",
         &url,
         args.n,
-        DrainOnDropLayer::new().max_bytes(0),
+        DrainOnDropLayer::new().enabled(false),
+        false,
     )
     .await?;
     let mut layer = DrainOnDropLayer::new();
@@ -185,9 +198,12 @@ async fn main() -> Result<(), Error> {
         layer = layer.max_time(max_time);
         label.push_str(&format!(".max_time({max_time:?})"));
     }
-    if args.max_bytes.is_none() && args.max_time.is_none() {
-        label.push_str(" (256 KiB, 50 ms)");
-    }
-    run(&format!("{label}:"), &url, args.n, layer).await?;
+    label.push_str(match (args.max_bytes, args.max_time) {
+        (None, None) => " (defaults: 256 KiB; time budget six round trips of the origin, 50 ms to 1 s)",
+        (Some(_), None) => " (time budget: the default, six round trips of the origin, 50 ms to 1 s)",
+        (None, Some(_)) => " (byte budget: the default, 256 KiB)",
+        (Some(_), Some(_)) => "",
+    });
+    run(&format!("{label}:"), &url, args.n, layer, true).await?;
     Ok(())
 }

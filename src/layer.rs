@@ -49,6 +49,40 @@ impl DrainOnDropLayer {
         self
     }
 
+    /// Switches draining on or off, keeping the service's type: the way to
+    /// make the layer optional (from a setting, a feature flag, an A/B
+    /// comparison). Switched off, every early drop is dropped as hyper
+    /// alone would drop it and counted skipped (`disabled`), so the stats
+    /// still say how many drops the layer would have drained, and an
+    /// [`observe`](Self::observe) connector still counts connections.
+    /// `max_bytes(0)`, `max_time(Duration::ZERO)` and
+    /// `max_concurrent_drains(0)` switch it off too. Default is on.
+    ///
+    /// tower's `ServiceBuilder::option_layer(Option<DrainOnDropLayer>)` does
+    /// not work here: the layer changes the response body type (to
+    /// [`DrainBody`]), so the two arms of tower's `Either` return different
+    /// responses and rustc reports E0599 ("the method `ready` exists … but
+    /// its trait bounds were not satisfied") at the first call. Keep the
+    /// layer and switch it:
+    ///
+    /// ```
+    /// use drain_on_drop::DrainOnDropLayer;
+    /// use http_body_util::Empty;
+    /// use hyper::body::Bytes;
+    /// use hyper_util::client::legacy::Client;
+    /// use hyper_util::rt::TokioExecutor;
+    /// use tower::ServiceBuilder;
+    ///
+    /// let drain = std::env::var_os("NO_DRAIN").is_none();
+    /// let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
+    /// // One type, whatever `drain` is.
+    /// let svc = ServiceBuilder::new().layer(DrainOnDropLayer::new().enabled(drain)).service(client);
+    /// # drop(svc);
+    /// ```
+    pub fn enabled(self, enabled: bool) -> Self {
+        self.config(|c| c.enabled = enabled)
+    }
+
     /// Byte budget: the data bytes one drain may read.
     ///
     /// A body whose remaining length is known (`Content-Length`) and larger

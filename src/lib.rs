@@ -276,10 +276,7 @@
 //!     assert!(res.status().is_success());
 //! }
 //! // Drains run in the background: wait for them before reading the counters.
-//! let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-//! while stats.snapshot().in_flight > 0 && tokio::time::Instant::now() < deadline {
-//!     tokio::time::sleep(Duration::from_millis(1)).await;
-//! }
+//! assert!(stats.wait_idle(Duration::from_secs(5)).await, "each drain ends within its 1 s budget");
 //! assert_eq!(stats.snapshot().drained, 10);
 //! # Ok(())
 //! # }
@@ -331,6 +328,7 @@ mod request;
 mod service;
 mod shared;
 mod stats;
+mod timer;
 
 pub use body::DrainBody;
 pub use budget::DrainBudget;

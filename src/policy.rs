@@ -151,7 +151,7 @@ pub(crate) fn decide(shared: &Shared, at: &AtDrop<'_>) -> (Decision, Option<Drai
     let config = &shared.config;
     let mut decided_with = None;
     let decision = 'decide: {
-        if config.max_concurrent_drains == 0 {
+        if !config.enabled || config.max_concurrent_drains == 0 {
             break 'decide Decision::Skip(Reason::Disabled);
         }
         if let Some(budget) = at.request_budget {

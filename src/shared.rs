@@ -14,6 +14,8 @@ use crate::stats::DrainStats;
 /// The layer's settings.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Config {
+    /// Draining is on (see `DrainOnDropLayer::enabled`).
+    pub(crate) enabled: bool,
     pub(crate) max_bytes: u64,
     pub(crate) max_time: Duration,
     pub(crate) max_concurrent_drains: usize,
@@ -47,6 +49,7 @@ impl Config {
 impl Default for Config {
     fn default() -> Self {
         Config {
+            enabled: true,
             max_bytes: 256 * 1024,
             max_time: Duration::from_millis(50),
             max_concurrent_drains: 1024,

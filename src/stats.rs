@@ -5,10 +5,24 @@
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::budget::DrainBudget;
 use crate::outcome::{Outcome, Reason};
+
+/// How often [`DrainStats::wait_idle`] looks at `in_flight`.
+const LOOK_EVERY: Duration = Duration::from_millis(1);
+
+/// When a wait for idle that ends at `deadline` (`None`: never) looks next,
+/// or `None` when the deadline has passed.
+fn next_look(deadline: Option<Instant>) -> Option<Instant> {
+    let now = Instant::now();
+    match deadline {
+        Some(d) if now >= d => None,
+        Some(d) => Some(d.min(now + LOOK_EVERY)),
+        None => Some(now + LOOK_EVERY),
+    }
+}
 
 #[derive(Default)]
 struct Counters {
@@ -38,17 +52,18 @@ struct Counters {
 /// # Reading exact figures
 ///
 /// A drain runs in the background after the drop, so wait for `in_flight`
-/// to reach 0 before reading what a batch of drops did. The counters are
+/// to reach 0 before reading what a batch of drops did:
+/// [`wait_idle`](Self::wait_idle) does, within a bound. The counters are
 /// ordered so that this is exact, on any runtime: every snapshot taken after
 /// one that read `in_flight == 0` includes every drop that ended before it.
 ///
 /// ```
 /// # async fn wait(stats: drain_on_drop::DrainStats) {
-/// use std::time::{Duration, Instant};
+/// use std::time::Duration;
 ///
-/// let deadline = Instant::now() + Duration::from_secs(5);
-/// while stats.snapshot().in_flight > 0 && Instant::now() < deadline {
-///     tokio::time::sleep(Duration::from_millis(1)).await;
+/// // Each drain ends within its time budget (at most 1 s by default).
+/// if !stats.wait_idle(Duration::from_secs(2)).await {
+///     eprintln!("drains still running: the counts below miss them");
 /// }
 /// let s = stats.snapshot();
 /// println!("drained {} abandoned {} skipped {} failed {}", s.drained, s.abandoned, s.skipped, s.failed);
@@ -216,6 +231,59 @@ impl DrainStats {
         let in_flight = c.in_flight.load(Ordering::Acquire);
         let by_reason = std::array::from_fn(|i| c.by_reason[i].load(Ordering::Relaxed));
         DrainSnapshot::from_reasons(by_reason, c.bytes_drained.load(Ordering::Relaxed), in_flight)
+    }
+
+    /// Waits until no drain runs ([`DrainSnapshot::in_flight`] is 0), for
+    /// at most `timeout`: `true` if it got there, and then every snapshot
+    /// taken afterwards counts every drop that ended before (see [Reading
+    /// exact figures](Self#reading-exact-figures)); `false` when drains
+    /// still ran after `timeout`.
+    ///
+    /// Looks every millisecond, on a timer of the crate's own: it needs
+    /// neither a runtime nor a runtime's time driver. Drains run on their
+    /// responses' runtime, so wait where that runtime keeps running: on a
+    /// current-thread runtime, inside `block_on`. In synchronous code, see
+    /// [`wait_idle_blocking`](Self::wait_idle_blocking).
+    ///
+    /// ```
+    /// # async fn run(layer: drain_on_drop::DrainOnDropLayer) {
+    /// use std::time::Duration;
+    ///
+    /// let stats = layer.stats();
+    /// // ... requests whose bodies are dropped early ...
+    /// assert!(stats.wait_idle(Duration::from_secs(2)).await, "every drain ends within its budget");
+    /// println!("{:?}", stats.snapshot());
+    /// # }
+    /// ```
+    pub async fn wait_idle(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now().checked_add(timeout);
+        loop {
+            if self.snapshot().in_flight == 0 {
+                return true;
+            }
+            match next_look(deadline) {
+                Some(at) => crate::timer::sleep_until(at).await,
+                None => return false,
+            }
+        }
+    }
+
+    /// [`wait_idle`](Self::wait_idle) for synchronous code: blocks the
+    /// thread, a millisecond at a time, until no drain runs, for at most
+    /// `timeout`. Not on a thread that drives the runtime the drains run on
+    /// (a current-thread runtime's, between `block_on` calls): they could
+    /// not run meanwhile.
+    pub fn wait_idle_blocking(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now().checked_add(timeout);
+        loop {
+            if self.snapshot().in_flight == 0 {
+                return true;
+            }
+            match next_look(deadline) {
+                Some(at) => std::thread::sleep(at.saturating_duration_since(Instant::now())),
+                None => return false,
+            }
+        }
     }
 
     /// Reads the reuse observer's counters.

@@ -228,7 +228,7 @@ async fn the_same_layer_stacked_twice_counts_and_drains_once() {
         connector.hold(i > 0);
         let path = if i < 5 { "/small" } else { "/big" };
         drop(svc.ready().await.unwrap().call(get(server.uri(path))).await.unwrap());
-        wait_for("the drain to end", SLACK, || stats.snapshot().in_flight == 0).await;
+        assert!(stats.wait_idle(SLACK).await, "the drain should end: {stats:?}");
     }
     connector.hold(false);
     let s = stats.snapshot();

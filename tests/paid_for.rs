@@ -42,7 +42,7 @@ async fn drop_each(
         connector.hold(pooled && i > 0);
         let res = svc.ready().await.unwrap().call(get(server.uri("/"))).await;
         drop(res.unwrap_or_else(|e| panic!("request {i} (pooled only: {}): {e:?}", pooled && i > 0)));
-        wait_for("the drain to end", SLACK, || stats.snapshot().in_flight == 0).await;
+        assert!(stats.wait_idle(SLACK).await, "the drain should end: {stats:?}");
     }
     connector.hold(false);
     stats.snapshot()

@@ -78,10 +78,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         drop(res); // only the status mattered: drained in the background
     }
     let stats = layer.stats();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    while stats.snapshot().in_flight > 0 && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
+    // Drains run in the background: wait for them (bounded) before counting.
+    stats.wait_idle(Duration::from_secs(5)).await;
 
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, &registry)?;

@@ -15,7 +15,7 @@
 //! The example starts a slow upstream (64 KiB per response, 4 KiB a
 //! millisecond) and the proxy, both on `127.0.0.1:0`, then sends requests whose
 //! clients read the first 4 KiB and hang up; it does that with the default
-//! layer and with draining disabled (`max_bytes(0)`, as hyper-util alone), and
+//! layer and with draining switched off (`enabled(false)`, as hyper-util alone), and
 //! prints how many connections the upstream accepted. The proxy itself is
 //! `proxy`, `forward` and `remove_hop_by_hop` below.
 
@@ -186,10 +186,15 @@ async fn run(label: &str, layer: DrainOnDropLayer, n: u64) -> Result<(), Error> 
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    run("with DrainOnDropLayer::new() (256 KiB, 50 ms):", DrainOnDropLayer::new(), 5).await?;
     run(
-        "with draining disabled (max_bytes(0), as hyper-util alone):",
-        DrainOnDropLayer::new().max_bytes(0),
+        "with DrainOnDropLayer::new() (defaults: 256 KiB; time budget six round trips of the origin, 50 ms to 1 s):",
+        DrainOnDropLayer::new(),
+        5,
+    )
+    .await?;
+    run(
+        "with draining switched off (enabled(false), as hyper-util alone):",
+        DrainOnDropLayer::new().enabled(false),
         5,
     )
     .await?;

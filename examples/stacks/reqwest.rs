@@ -92,10 +92,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         // The others are dropped unread: only the status mattered.
     }
     let stats = layer.stats();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    while stats.snapshot().in_flight > 0 && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
+    // Drains run in the background: wait for them (bounded) before counting.
+    stats.wait_idle(Duration::from_secs(5)).await;
     let s = stats.snapshot();
     println!(
         "20 requests on {} connections; {} bodies drained, {} skipped",

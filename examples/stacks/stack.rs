@@ -148,10 +148,7 @@ async fn main() -> Result<(), Error> {
         println!("request {i}: {status}, {read} bytes read, final hop on a reused connection: {reused}");
     }
     // Let the last drain end (each is bounded by its `max_time`) before reporting.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
-    while stats.snapshot().in_flight > 0 && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
+    stats.wait_idle(Duration::from_secs(2)).await;
     let (s, r) = (stats.snapshot(), stats.reuse());
     println!(
         "{} HTTP requests on {} connections; early drops: {} drained, {} abandoned, {} skipped, {} failed; \

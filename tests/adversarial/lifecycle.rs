@@ -256,7 +256,7 @@ fn shut_down_while_draining(flavor: Flavor, shutdown: Shutdown) {
         .recv_timeout(Duration::from_secs(10))
         .unwrap_or_else(|e| panic!("{what}: the shutdown hung or panicked ({e})"));
     assert!(took < SLACK, "{what}: the shutdown did not wait for the 30 s drains, took {took:?}");
-    wait_blocking("every drain to be dropped with its runtime", SLACK, || stats.snapshot().in_flight == 0);
+    assert!(stats.wait_idle_blocking(SLACK), "every drain should be dropped with its runtime: {stats:?}");
     let s = stats.snapshot();
     let ran = s.count(Reason::RuntimeShutdown);
     let held = [Reason::CannotWait, Reason::NoRuntime, Reason::BodyError].map(|r| (r, s.count(r)));
@@ -356,8 +356,7 @@ fn body_dropped_outside_an_idle_current_thread_runtime_waits_for_that_runtime() 
     let rt = runtime(Flavor::CurrentThread);
     let (svc, res) = fetch_on(&rt, server.uri("/"), layer);
     drop(res);
-    let s2 = stats.clone();
-    rt.block_on(wait_for("the queued drain to run", SLACK, || s2.snapshot().in_flight == 0));
+    assert!(rt.block_on(stats.wait_idle(SLACK)), "the queued drain should run: {stats:?}");
     assert_eq!(
         counted(&stats.snapshot()),
         Counted::drained(1),
@@ -403,7 +402,7 @@ fn body_dropped_outside_a_running_multi_thread_runtime_is_drained_on_it() {
     let (svc, res) = fetch_on(&rt, server.uri("/"), layer);
     assert!(tokio::runtime::Handle::try_current().is_err(), "this thread has no runtime");
     drop(res);
-    wait_blocking("the drain to end", SLACK, || stats.snapshot().in_flight == 0);
+    assert!(stats.wait_idle_blocking(SLACK), "the drain should end: {stats:?}");
     assert_eq!(counted(&stats.snapshot()), Counted::drained(1));
     // Read by the drain, not left to hyper: every byte the caller did not read.
     assert_eq!(stats.snapshot().bytes_drained, 64 * KIB as u64);

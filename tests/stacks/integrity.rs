@@ -211,7 +211,7 @@ async fn run(exchanges: Vec<Exchange>) -> Result<(), String> {
             }
         }
     }
-    if !waited(SECONDS + SLACK, || stats.snapshot().in_flight == 0).await {
+    if !stats.wait_idle(SECONDS + SLACK).await {
         return Err(format!("drains still running after {:?}: {stats:?}", SECONDS + SLACK));
     }
     let s = stats.snapshot();

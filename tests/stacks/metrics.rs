@@ -11,7 +11,7 @@ mod metrics_example;
 use drain_on_drop::{DrainOnDropLayer, Outcome, Reason};
 use tower::{Service, ServiceBuilder, ServiceExt};
 
-use support::{SECONDS, SLACK, big_or_small, client, get, wait_for};
+use support::{SECONDS, SLACK, big_or_small, client, get};
 
 #[tokio::test]
 async fn the_metrics_example_exports_every_reason_with_its_count() {
@@ -25,7 +25,7 @@ async fn the_metrics_example_exports_every_reason_with_its_count() {
         drop(svc.ready().await.unwrap().call(get(server.uri(path))).await.unwrap());
     }
     let stats = layer.stats();
-    wait_for("the drains to end", SLACK, || stats.snapshot().in_flight == 0).await;
+    assert!(stats.wait_idle(SLACK).await, "the drains should end: {stats:?}");
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
     let line = |outcome: &str, reason: &str| {

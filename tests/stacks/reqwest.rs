@@ -66,9 +66,12 @@ async fn reqwest_responses_dropped_unread_keep_their_connections_with_the_drain(
 async fn a_reqwest_response_keeps_its_api_after_the_round_trip() {
     let server = RawServer::start(|_| content_length(2, 1000)).await;
     let layer = DrainOnDropLayer::new();
-    let res = reqwest_example::send(&layer, reqwest_builder().build().unwrap().get(format!("http://{}/", server.addr)))
-        .await
-        .unwrap();
+    let res = reqwest_example::send(
+        &layer,
+        reqwest_builder().build().unwrap().get(format!("http://{}/", server.addr)),
+    )
+    .await
+    .unwrap();
     assert_eq!(res.content_length(), Some(1000));
     assert_eq!(res.bytes().await.unwrap(), support::body_bytes(2, 1000));
     assert_eq!(

@@ -507,15 +507,14 @@ pub fn wait_blocking(what: &str, deadline: Duration, mut cond: impl FnMut() -> b
 /// plus [`SLACK`], and returns the counters then.
 pub async fn settle(stats: &DrainStats, max_time: Duration) -> DrainSnapshot {
     let deadline = max_time.saturating_add(SLACK);
-    wait_for("every drain to end within max_time + SLACK", deadline, || stats.snapshot().in_flight == 0)
-        .await;
+    assert!(stats.wait_idle(deadline).await, "every drain should end within max_time + SLACK: {stats:?}");
     stats.snapshot()
 }
 
 /// [`settle`] on a plain thread, for tests that drive runtimes of their own.
 pub fn settle_blocking(stats: &DrainStats, max_time: Duration) -> DrainSnapshot {
     let deadline = max_time.saturating_add(SLACK);
-    wait_blocking("every drain to end within max_time + SLACK", deadline, || stats.snapshot().in_flight == 0);
+    assert!(stats.wait_idle_blocking(deadline), "every drain should end within max_time + SLACK: {stats:?}");
     stats.snapshot()
 }
 

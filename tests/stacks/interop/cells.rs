@@ -35,9 +35,7 @@ use http_body_util::Empty;
 use tower::{Service, ServiceBuilder, ServiceExt};
 
 use crate::servers::{Server, ServerCounts};
-use crate::support::{
-    self, CountingConnector, KIB, SECONDS, keeps_half_bound, read_all, read_one_frame, wait_for,
-};
+use crate::support::{self, CountingConnector, KIB, SECONDS, keeps_half_bound, read_all, read_one_frame};
 
 /// Sequential requests per client and cell.
 pub(crate) const N: usize = 100;
@@ -372,7 +370,7 @@ async fn run_variant(server: &Server, target: &Target, len: usize, variant: Vari
         let svc = ServiceBuilder::new().layer(layer).service(client);
         let body_len = requests(svc, server, target, len, variant).await;
         let deadline = SECONDS + Duration::from_secs(5);
-        wait_for("the layer's drains to end", deadline, || stats.snapshot().in_flight == 0).await;
+        assert!(stats.wait_idle(deadline).await, "the layer's drains should end: {stats:?}");
         (body_len, Some(stats.snapshot()))
     } else {
         (requests(client, server, target, len, variant).await, None)

@@ -14,7 +14,7 @@ use tower::{Service, ServiceBuilder, ServiceExt};
 
 use crate::cells::{outcomes, runs, settle, spread};
 use crate::servers::Server;
-use crate::support::{self, wait_for};
+use crate::support;
 
 /// Cancelled streams per client: each costs about 60 ms of events.
 pub(crate) const STREAMS: usize = 20;
@@ -52,8 +52,10 @@ pub(crate) async fn run(server: &Server, which: SseClient) -> SseRun {
             }
             let stats = layer.stats();
             streams(ServiceBuilder::new().layer(layer).service(client), server).await;
-            wait_for("the layer's drains to end", Duration::from_secs(5), || stats.snapshot().in_flight == 0)
-                .await;
+            assert!(
+                stats.wait_idle(Duration::from_secs(5)).await,
+                "the layer's drains should end: {stats:?}"
+            );
             Some(stats.snapshot())
         }
     };

@@ -1,0 +1,43 @@
+"""A local HTTP/1.1 keep-alive server for .ci/examples.sh: answers every GET
+with 64 KiB (Content-Length, TCP_NODELAY) on 127.0.0.1, a free port, which it
+writes to the file named by its first argument once it listens. Runs until
+killed."""
+import http.server
+import socket
+import sys
+
+BODY = b"x" * (64 * 1024)
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive
+
+    def setup(self):
+        super().setup()
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Length", str(len(BODY)))
+        self.end_headers()
+        self.wfile.write(BODY)
+
+    def log_message(self, *args):
+        pass
+
+
+class Server(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+    # A client that drops bodies unread resets connections: not an error here.
+    def handle_error(self, request, client_address):
+        pass
+
+
+server = Server(("127.0.0.1", 0), Handler)
+with open(sys.argv[1] + ".tmp", "w") as f:
+    f.write(str(server.server_address[1]))
+import os
+
+os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+server.serve_forever()

@@ -1,0 +1,211 @@
+//! Deadlines that need no runtime timer: one thread for the process wakes
+//! whoever waits on a deadline when it passes. Started by the first
+//! deadline awaited, it ends as soon as none is left, so it outlives no
+//! drain and no waiter.
+//!
+//! Why not tokio's timer: a runtime built without `enable_time` has none,
+//! tokio offers no way to ask, and creating a `tokio::time::Sleep` there
+//! panics (a process built with `panic = "abort"` dies). A drain must keep
+//! its time budget on any runtime hyper-util's client runs on, and hyper's
+//! client needs no timer. The cost on the main road: a drain that waits for
+//! the server registers its deadline once (one short lock and a map
+//! insert) and removes it when it ends; the thread wakes only when a
+//! deadline passes or an earlier one arrives.
+
+use std::collections::BTreeMap;
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
+use std::time::Instant;
+
+/// What the thread waits on.
+struct Timers {
+    /// Waiting deadlines: `(when, id)` to the waker to wake then.
+    waiting: BTreeMap<(Instant, u64), Waker>,
+    /// The id of the next deadline registered.
+    next_id: u64,
+    /// The thread runs; it stops when `waiting` is empty.
+    running: bool,
+}
+
+static TIMERS: Mutex<Timers> = Mutex::new(Timers { waiting: BTreeMap::new(), next_id: 0, running: false });
+/// Signalled when a deadline earlier than every other one is registered.
+static EARLIER: Condvar = Condvar::new();
+
+fn timers() -> MutexGuard<'static, Timers> {
+    // Nothing here panics while holding the lock but the allocator; the
+    // map stays valid either way.
+    TIMERS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A point in time to wait for, without a runtime timer. Registered with
+/// the thread only once polled before it passed; removed when dropped.
+#[derive(Debug)]
+pub(crate) struct Deadline {
+    at: Instant,
+    /// Its place among the waiting deadlines, once registered.
+    key: Option<(Instant, u64)>,
+}
+
+impl Deadline {
+    pub(crate) fn at(at: Instant) -> Self {
+        Deadline { at, key: None }
+    }
+
+    /// `Ready` once the deadline has passed; until then, `cx`'s waker is
+    /// woken when it does.
+    pub(crate) fn poll_elapsed(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        if Instant::now() >= self.at {
+            self.unregister();
+            return Poll::Ready(());
+        }
+        let mut timers = timers();
+        if let Some(key) = self.key {
+            if let Some(waker) = timers.waiting.get_mut(&key) {
+                if !waker.will_wake(cx.waker()) {
+                    waker.clone_from(cx.waker());
+                }
+                return Poll::Pending;
+            }
+            // Fired between the check above and the lock: it has passed.
+            self.key = None;
+            return Poll::Ready(());
+        }
+        let key = (self.at, timers.next_id);
+        timers.next_id += 1;
+        let earliest = timers.waiting.first_key_value().is_none_or(|(first, _)| key < *first);
+        timers.waiting.insert(key, cx.waker().clone());
+        self.key = Some(key);
+        if !timers.running {
+            if start_thread().is_err() {
+                // No thread, no wake-up: the deadline is treated as passed,
+                // so that nothing waits on it forever.
+                timers.waiting.remove(&key);
+                self.key = None;
+                return Poll::Ready(());
+            }
+            timers.running = true;
+        } else if earliest {
+            EARLIER.notify_one();
+        }
+        Poll::Pending
+    }
+
+    fn unregister(&mut self) {
+        if let Some(key) = self.key.take() {
+            timers().waiting.remove(&key);
+        }
+    }
+}
+
+impl Drop for Deadline {
+    fn drop(&mut self) {
+        self.unregister();
+    }
+}
+
+fn start_thread() -> std::io::Result<()> {
+    std::thread::Builder::new().name("drain-on-drop-timer".into()).spawn(run).map(drop)
+}
+
+/// The thread: wakes each deadline when it passes, and ends when none is
+/// left (under the lock, so a deadline registered later starts a new one).
+fn run() {
+    let mut due = Vec::new();
+    let mut timers = timers();
+    loop {
+        let now = Instant::now();
+        while let Some(entry) = timers.waiting.first_entry() {
+            if entry.key().0 > now {
+                break;
+            }
+            due.push(entry.remove());
+        }
+        if !due.is_empty() {
+            // Woken outside the lock: a waker runs the executor's code.
+            drop(timers);
+            due.drain(..).for_each(Waker::wake);
+            timers = self::timers();
+            continue;
+        }
+        let Some(&(next, _)) = timers.waiting.keys().next() else {
+            timers.running = false;
+            return;
+        };
+        let wait = next.saturating_duration_since(now);
+        timers = EARLIER.wait_timeout(timers, wait).unwrap_or_else(|e| e.into_inner()).0;
+    }
+}
+
+/// Waits until `at`.
+pub(crate) async fn sleep_until(at: Instant) {
+    let mut deadline = Deadline::at(at);
+    std::future::poll_fn(|cx| deadline.poll_elapsed(cx)).await;
+}
+
+#[cfg(test)]
+impl std::future::Future for Deadline {
+    type Output = ();
+
+    fn poll(self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        self.get_mut().poll_elapsed(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn runtime_without_timer() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread().build().unwrap()
+    }
+
+    #[test]
+    fn a_deadline_fires_on_a_runtime_without_a_time_driver() {
+        let start = Instant::now();
+        runtime_without_timer().block_on(Deadline::at(start + Duration::from_millis(20)));
+        assert!(start.elapsed() >= Duration::from_millis(20));
+    }
+
+    #[test]
+    fn deadlines_fire_in_order_and_the_thread_ends_when_none_is_left() {
+        let rt = runtime_without_timer();
+        let start = Instant::now();
+        let order = std::sync::Arc::new(Mutex::new(Vec::new()));
+        rt.block_on(async {
+            let mut tasks = Vec::new();
+            for ms in [30u64, 10, 20] {
+                let order = order.clone();
+                tasks.push(tokio::spawn(async move {
+                    Deadline::at(start + Duration::from_millis(ms)).await;
+                    order.lock().unwrap().push(ms);
+                }));
+            }
+            for t in tasks {
+                t.await.unwrap();
+            }
+        });
+        assert_eq!(*order.lock().unwrap(), [10, 20, 30]);
+        let stopped = Instant::now() + Duration::from_secs(5);
+        while timers().running && Instant::now() < stopped {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // Other tests of this binary may hold deadlines of their own.
+        let t = timers();
+        assert!(!t.running || !t.waiting.is_empty(), "the thread ends once no deadline waits");
+    }
+
+    #[test]
+    fn a_dropped_deadline_is_forgotten() {
+        let rt = runtime_without_timer();
+        rt.block_on(async {
+            let mut far = Deadline::at(Instant::now() + Duration::from_secs(3600));
+            let waker = Waker::noop();
+            assert!(far.poll_elapsed(&mut Context::from_waker(waker)).is_pending());
+            let key = far.key.expect("registered");
+            assert!(timers().waiting.contains_key(&key));
+            drop(far);
+            assert!(!timers().waiting.contains_key(&key));
+        });
+    }
+}
