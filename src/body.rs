@@ -83,7 +83,8 @@ where
             return response.map(DrainBody::disarmed);
         }
         response.extensions_mut().insert(DrainOwned);
-        let exact_length = response.body().size_hint().exact().is_some();
+        let declared = response.body().size_hint();
+        let exact_length = declared.exact().is_some();
         let head = policy::inspect(
             &request.shared.config,
             request.says,
@@ -96,6 +97,7 @@ where
             head,
             budget: request.budget,
             status: response.status().as_u16(),
+            declared,
             caller_read: 0,
             trace: request.trace,
             origin,
@@ -115,33 +117,35 @@ impl<B> DrainBody<B> {
 
 /// Runs when a body is dropped before its end: asks the policy, then drains
 /// (see `drain.rs`) or drops the body so that hyper closes the connection.
+///
+/// Runs no code of a body other than hyper's own: another body's end and
+/// size are what the layer saw while the caller read it (its size hint when
+/// the response arrived, the bytes read since, whether a frame ended it).
 fn early_drop<B>(inner: Pin<Box<B>>, ctx: DropContext)
 where
     B: Body + Send + 'static,
 {
-    // Every byte was delivered even if the caller did not poll past the last frame.
-    if inner.is_end_stream() {
+    let hyper_body = drain::is_hyper_body::<B>();
+    // Every byte was delivered even if the caller did not poll past the last
+    // frame (another body's end was seen in `poll_frame`).
+    if hyper_body && inner.is_end_stream() {
         return;
     }
     let at = AtDrop {
         head: ctx.head,
         request_budget: ctx.budget,
         origin: ctx.origin.as_deref(),
-        remaining: inner.size_hint(),
+        remaining: if hyper_body { inner.size_hint() } else { ctx.remaining() },
         read: ctx.caller_read,
         unwinding: std::thread::panicking(),
     };
     let (decision, decided_with) = policy::decide(&ctx.shared, &at);
-    let view = ctx
-        .origin
-        .as_ref()
-        .zip(decided_with)
-        .filter(|_| tracing::enabled!(target: "drain_on_drop", tracing::Level::DEBUG))
-        .map(|(o, budget)| o.view(budget));
+    // The estimates go into the DEBUG event, which the request found enabled.
+    let view = ctx.origin.as_ref().zip(decided_with).filter(|_| ctx.trace.is_some()).map(|(o, b)| o.view(b));
     match decision {
         Decision::Drain(budget) => drain::start(inner, budget, ctx, view),
         Decision::Skip(reason) => {
-            drop(inner);
+            drain::drop_for_a_drain(inner);
             ctx.record(reason, 0, Duration::ZERO, view);
         }
     }
@@ -214,6 +218,11 @@ impl<B> DrainBody<B> {
 impl<B> Drop for DrainBody<B> {
     fn drop(&mut self) {
         if let (Some(armed), Some(inner)) = (self.armed.take(), self.inner.take()) {
+            // Inside another `DrainBody`'s drain or skip: that one decided
+            // for the whole response (see `drop_for_a_drain`).
+            if drain::dropping_for_a_drain() {
+                return drop(inner);
+            }
             (armed.run)(inner, armed.ctx);
         }
     }

@@ -64,14 +64,14 @@ impl DrainBudget {
 pub(crate) struct Allowance {
     pub(crate) max_bytes: u64,
     /// When the body was dropped: the time budget counts from here.
-    pub(crate) dropped_at: tokio::time::Instant,
+    pub(crate) dropped_at: std::time::Instant,
     /// `None` when `max_time` is too large to be represented as an instant.
-    pub(crate) deadline: Option<tokio::time::Instant>,
+    pub(crate) deadline: Option<std::time::Instant>,
 }
 
 impl Allowance {
     /// Starts counting `budget` at `dropped_at`.
-    pub(crate) fn from_drop(budget: DrainBudget, dropped_at: tokio::time::Instant) -> Self {
+    pub(crate) fn from_drop(budget: DrainBudget, dropped_at: std::time::Instant) -> Self {
         Allowance {
             max_bytes: budget.max_bytes,
             dropped_at,

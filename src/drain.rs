@@ -14,16 +14,17 @@
 //! `max_time` of the drop plus the time of one frame, whatever the body.
 
 use std::any::TypeId;
-use std::future::{Future, poll_fn};
+use std::cell::Cell;
+use std::future::poll_fn;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::pin::{Pin, pin};
-use std::sync::Arc;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker, ready};
+use std::time::Instant;
 
 use bytes::Buf;
-use http_body::Body;
+use http_body::{Body, SizeHint};
 use tokio::runtime::Handle;
-use tokio::time::{Instant, Sleep};
 
 use crate::budget::{Allowance, DrainBudget};
 use crate::origin::Origin;
@@ -31,6 +32,7 @@ use crate::outcome::Reason;
 use crate::policy;
 use crate::shared::Shared;
 use crate::stats::{OriginView, Report, Slot, Trace};
+use crate::timer::Deadline;
 
 /// Everything known about a response when its body is dropped early:
 /// captured when the response arrived, and the working state of its drain.
@@ -41,6 +43,9 @@ pub(crate) struct DropContext {
     /// The request's own budget, overriding the layer's.
     pub(crate) budget: Option<DrainBudget>,
     pub(crate) status: u16,
+    /// The body's size hint when the response arrived: what the drop knows
+    /// of the rest of a body whose code it does not run.
+    pub(crate) declared: SizeHint,
     /// Data bytes the caller read.
     pub(crate) caller_read: u64,
     pub(crate) trace: Option<Box<Trace>>,
@@ -78,9 +83,25 @@ impl DropContext {
     }
 }
 
-/// Whether a body of type `B` is read in the drop: only hyper's own, whose
-/// frames come from its connection task through a channel.
-fn read_in_the_drop<B: 'static>() -> bool {
+impl DropContext {
+    /// What is left of a body whose code the drop does not run: the size
+    /// hint it had when the response arrived, less what the caller read.
+    pub(crate) fn remaining(&self) -> SizeHint {
+        let read = self.caller_read;
+        let mut rest = SizeHint::new();
+        rest.set_lower(self.declared.lower().saturating_sub(read));
+        if let Some(upper) = self.declared.upper() {
+            rest.set_upper(upper.saturating_sub(read).max(rest.lower()));
+        }
+        rest
+    }
+}
+
+/// Whether a body of type `B` is hyper's own, the one body whose code runs
+/// in the drop (`is_end_stream`, `size_hint`, and reading what has arrived):
+/// it is hyper's code, which blocks on nothing and takes no lock of the
+/// caller's. Any other body's code runs on the drain's task only.
+pub(crate) fn is_hyper_body<B: 'static>() -> bool {
     TypeId::of::<B>() == TypeId::of::<hyper::body::Incoming>()
 }
 
@@ -105,7 +126,7 @@ where
         crossed: false,
         polled: false,
     };
-    if read_in_the_drop::<B>() {
+    if is_hyper_body::<B>() {
         // hyper's body does not panic; if it ever did, the drop must not.
         let mut cx = Context::from_waker(Waker::noop());
         match catch_unwind(AssertUnwindSafe(|| drain.poll_drain(&mut cx, None))) {
@@ -126,14 +147,17 @@ where
 }
 
 /// Runs `drain` on a task of `runtime`. A runtime that has shut down drops
-/// the task unpolled (tokio does so inside `spawn`), and one shutting down
-/// drops it from its queue: the drain then goes on to `fallback` (see
-/// [`Task`]).
+/// the task unpolled, inside `spawn`: the drain then goes to `fallback`
+/// (see [`Task`]). The fallback is kept for that call only: a runtime that
+/// shuts down later drops the queued drain, counted `runtime_shutdown`, and
+/// no drain keeps a runtime it does not run on (its handle holds the
+/// runtime's file descriptors).
 fn spawn<B>(runtime: &Handle, drain: Drain<B>, fallback: Option<Handle>)
 where
     B: Body + Send + 'static,
 {
-    let mut task = Task { drain: Some(drain), fallback };
+    let fallback = fallback.map(|handle| Arc::new(Mutex::new(Some(handle))));
+    let mut task = Task { drain: Some(drain), fallback: fallback.clone() };
     // Detached: the task ends by itself at the end of the body, on the
     // first error, or at the deadline.
     drop(runtime.spawn(async move {
@@ -142,18 +166,26 @@ where
         let reason = drain.run().await;
         drain.finish(reason);
     }));
+    if let Some(fallback) = fallback {
+        drop(take(&fallback));
+    }
 }
 
-/// A drain on its way to a task: dropped before the task first ran (its
-/// runtime had shut down or was shutting down), it hands the drain to the
-/// fallback runtime; with none left, the drain counts itself (`Drop for
-/// Drain`).
+/// A drain on its way to a task: dropped unpolled inside `spawn` (its
+/// runtime had shut down), it hands the drain to the fallback runtime, if
+/// `spawn` still holds one for it; otherwise the drain counts itself (`Drop
+/// for Drain`).
 struct Task<B>
 where
     B: Body + Send + 'static,
 {
     drain: Option<Drain<B>>,
-    fallback: Option<Handle>,
+    fallback: Option<Arc<Mutex<Option<Handle>>>>,
+}
+
+fn take(fallback: &Mutex<Option<Handle>>) -> Option<Handle> {
+    // Only `take` runs under this lock.
+    fallback.lock().unwrap_or_else(|e| e.into_inner()).take()
 }
 
 impl<B> Drop for Task<B>
@@ -161,7 +193,8 @@ where
     B: Body + Send + 'static,
 {
     fn drop(&mut self) {
-        if let (Some(drain), Some(fallback)) = (self.drain.take(), self.fallback.take()) {
+        let fallback = self.fallback.take().and_then(|f| take(&f));
+        if let (Some(drain), Some(fallback)) = (self.drain.take(), fallback) {
             spawn(&fallback, drain, None);
         }
     }
@@ -200,25 +233,15 @@ where
     B: Body,
 {
     /// The task's drain: reads until an outcome, waiting for the server
-    /// under a timer set to the deadline.
+    /// until the deadline (the crate's own timer, which needs no time
+    /// driver: see `timer.rs`).
     async fn run(&mut self) -> Reason {
-        // Registered with the timer only if the body ever has to wait
-        // (`Sleep` registers on first poll).
-        let sleep = match self.allowance.deadline {
-            None => None,
-            Some(at) => match catch_unwind(|| tokio::time::sleep_until(at)) {
-                Ok(sleep) => Some(sleep),
-                Err(_) => {
-                    policy::found_no_time_driver(&Handle::current());
-                    return policy::cannot_wait(Reason::NoTimeDriver, self.bytes > 0);
-                }
-            },
-        };
-        let mut sleep = pin!(sleep);
+        // Registered with the timer only if the body ever has to wait.
+        let mut deadline = self.allowance.deadline.map(Deadline::at);
         // A panic of the body ends the drain here, counted, rather than
         // unwinding into the runtime with the drain left to its `Drop`.
         poll_fn(|cx| {
-            catch_unwind(AssertUnwindSafe(|| self.poll_drain(cx, sleep.as_mut().as_pin_mut())))
+            catch_unwind(AssertUnwindSafe(|| self.poll_drain(cx, deadline.as_mut())))
                 .unwrap_or(Poll::Ready(Reason::BodyPanic))
         })
         .await
@@ -230,10 +253,10 @@ where
     /// given up at once; one of unknown length is read one frame past the
     /// allowance, and then one more frame to see whether the body ends there
     /// (only its end marker or trailers left: drained), else given up.
-    /// `Pending` when the body waits for the server (with a `sleep`, woken
-    /// by it at the deadline), or after [`FRAMES_PER_POLL`] frames to let
-    /// other tasks run.
-    fn poll_drain(&mut self, cx: &mut Context<'_>, sleep: Option<Pin<&mut Sleep>>) -> Poll<Reason> {
+    /// `Pending` when the body waits for the server (with a `deadline`,
+    /// woken by it when it passes), or after [`FRAMES_PER_POLL`] frames to
+    /// let other tasks run.
+    fn poll_drain(&mut self, cx: &mut Context<'_>, deadline: Option<&mut Deadline>) -> Poll<Reason> {
         let Some(body) = self.body.as_mut() else {
             return Poll::Ready(Reason::EndOfBody);
         };
@@ -249,8 +272,8 @@ where
                     if self.first_wait.is_none() && self.ctx.origin.is_some() {
                         self.first_wait = Some((Instant::now(), self.bytes));
                     }
-                    if let Some(sleep) = sleep {
-                        ready!(sleep.poll(cx));
+                    if let Some(deadline) = deadline {
+                        ready!(deadline.poll_elapsed(cx));
                         return Poll::Ready(Reason::OverTime);
                     }
                     return Poll::Pending;
@@ -285,7 +308,7 @@ impl<B> Drain<B> {
     /// connection is back with hyper before the outcome is visible, and the
     /// outcome is visible before `in_flight` drops.
     fn finish(&mut self, reason: Reason) {
-        drop(self.body.take());
+        drop_for_a_drain(self.body.take());
         if self.recorded {
             return;
         }
@@ -303,9 +326,36 @@ impl<B> Drain<B> {
 impl<B> Drop for Drain<B> {
     fn drop(&mut self) {
         if !self.recorded {
-            self.finish(policy::unfinished(self.polled, std::thread::panicking(), self.bytes > 0));
+            self.finish(policy::unfinished(self.polled, self.bytes > 0));
         }
     }
+}
+
+thread_local! {
+    /// Set while the layer drops a body it took over at an early drop.
+    static DROPPING_FOR_A_DRAIN: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Drops `body` as the layer does once it owns a dropped body's fate (a
+/// skip, or a drain's end): any armed `DrainBody` inside it gives up its own
+/// drain (see [`dropping_for_a_drain`]), so a response whose extensions were lost between two layers (the
+/// marker with them) still drains and counts once, in the outer layer.
+pub(crate) fn drop_for_a_drain<T>(body: T) {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            DROPPING_FOR_A_DRAIN.set(self.0);
+        }
+    }
+    let _restore = Restore(DROPPING_FOR_A_DRAIN.replace(true));
+    drop(body);
+}
+
+/// Whether the body being dropped on this thread is dropped by the layer
+/// for a drain or a skip it decided ([`drop_for_a_drain`]): a `DrainBody`
+/// dropped inside it leaves its response's fate to that decision.
+pub(crate) fn dropping_for_a_drain() -> bool {
+    DROPPING_FOR_A_DRAIN.get()
 }
 
 /// Frames read in one poll before the drain yields to other tasks: a body

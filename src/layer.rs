@@ -146,9 +146,13 @@ impl DrainOnDropLayer {
     /// server while that many drains run is not drained (counted as skipped,
     /// `saturated`, or as `cannot_wait` when the drop had already read part
     /// of it), so a flood of early drops cannot grow background work without
-    /// bound. A hyper body that ends in the drop itself (the rest had
-    /// already arrived) runs no task and takes no place, so the cap never
-    /// refuses it.
+    /// bound. A hyper body that ends in the drop itself runs no task and
+    /// takes no place, so the cap never refuses it; but hyper hands an
+    /// HTTP/1 body over one decoded chunk at a time, so that is a body whose
+    /// rest fits the chunk hyper has handed over (a small body, the tail of
+    /// a longer one), not every body that has arrived: a 64 KiB body sent
+    /// with its head, dropped unread with every slot taken, is given up
+    /// after its first chunk (`cannot_wait`).
     ///
     /// A drain lasts at most `max_time`, so the number running is about the
     /// rate of early drops times their drain time: 10,000 drops a second of

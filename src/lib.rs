@@ -78,11 +78,15 @@
 //!    from a panic. The inner body is then dropped at once, as hyper alone
 //!    would.
 //! 2. **Drain.** Otherwise hyper's own body (`hyper::body::Incoming`) is
-//!    read in the drop as far as it has arrived: that runs nothing but
-//!    hyper's code and never waits, and a body whose rest is there ends at
-//!    once, with no task. A body that has to wait for the server, and any
-//!    other body (whose code could block, or take a lock the caller holds),
-//!    is read on a background task (see [Runtime](#runtime)), if fewer than
+//!    read in the drop as far as hyper has handed it over: that runs
+//!    nothing but hyper's code and never waits, and a body whose rest is in
+//!    what hyper handed over ends at once, with no task. (hyper's HTTP/1
+//!    connection task hands a body over one decoded chunk at a time, so a
+//!    body ends in the drop only when its rest fits that chunk: a small
+//!    body, or the tail of a longer one.) A body that has to wait, and any
+//!    other body (whose code could block, or take a lock the caller holds:
+//!    the drop does not even call its `size_hint` or `is_end_stream`), is
+//!    read on a background task (see [Runtime](#runtime)), if fewer than
 //!    [`max_concurrent_drains`](DrainOnDropLayer::max_concurrent_drains) are
 //!    running. The drain reads and discards frames (data and trailers)
 //!    until the end of the body, then drops it, and hyper-util puts the
@@ -285,27 +289,43 @@
 //! # Runtime
 //!
 //! A drain that has to wait for the server runs on the tokio runtime its
-//! response arrived on, while that runtime runs, wherever the body was
-//! dropped (another runtime, a plain thread); if that runtime has shut
-//! down, on the runtime current at the drop. That runtime must have its
-//! time driver enabled (as `#[tokio::main]` does). A current-thread runtime
-//! runs the drain only when it is driven again, so until then the drain
-//! holds its connection and a `max_concurrent_drains` slot; the time budget
-//! still counts from the drop. A static client shared by many short-lived
-//! runtimes (one per test) works: each response drains on its own runtime.
+//! response arrived on (where hyper's connection task runs), wherever the
+//! body was dropped (another runtime, a plain thread); if that runtime has
+//! already shut down, on the runtime current at the drop. It needs no time
+//! driver: its deadline is kept by a timer thread of the crate's own (one
+//! per process, running only while a drain or [`DrainStats::wait_idle`]
+//! waits), so a runtime built without `enable_time`, where hyper-util's
+//! client works, drains as any other, and nothing panics. A static client
+//! shared by many short-lived runtimes (one per test) works: each response
+//! drains on its own runtime.
+//!
+//! **A current-thread runtime runs its drains only while it is driven.** A
+//! body dropped outside `block_on` (a synchronous wrapper that calls
+//! `block_on` per request) has its drain queued until the next `block_on`:
+//! until then it holds its connection and a `max_concurrent_drains` slot,
+//! its outcome is not counted, and `wait_idle` elsewhere times out. The
+//! time budget still counts from the drop.
 //!
 //! With no runtime to wait on, the drop does not wait: counted `no_runtime`
 //! (skipped, nothing read) or, when it had already read part of hyper's
-//! body, `cannot_wait` (abandoned); a runtime without a time driver counts
-//! `no_time_driver` (the first such drop on a runtime finds out, and the
-//! panic hook prints tokio's message once). A drain still running when its
-//! runtime shuts down is dropped with it and counted as abandoned
-//! (`runtime_shutdown`). A body that panics while drained is counted as
-//! failed (`body_panic`), and the panic stays in the drain.
+//! body, `cannot_wait` (abandoned). A drain still running (or queued) when
+//! its runtime shuts down is dropped with it and counted as abandoned
+//! (`runtime_shutdown`), whatever the thread was doing, a panic of the
+//! caller's included. A body that panics while drained is counted as failed
+//! (`body_panic`), and the panic stays in the drain.
 //!
 //! No state of a layer or of a runtime outlives the last service, response
 //! or drain that uses it: a response holds a reference to the runtime it
-//! arrived on until it is dropped or drained, and nothing more.
+//! arrived on until it is dropped or drained, and a drain holds only the
+//! runtime it runs on (the one current at the drop only for the instant it
+//! is handed over).
+//!
+//! The code a drop runs is the layer's, hyper's, and tokio's (to spawn a
+//! task); of the user's, only the `tracing` subscriber, for the DEBUG event
+//! of a request made while that event was enabled. A response rebuilt
+//! between two layers (its extensions, and the layer's one-drain marker,
+//! lost) still drains once: the outer layer owns its drain, and the inner
+//! one gives its own up.
 //!
 //! [`Client`]: https://docs.rs/hyper-util/latest/hyper_util/client/legacy/struct.Client.html
 

@@ -162,15 +162,20 @@ impl<'a> Parts<'a> {
     }
 }
 
-/// A port's decimal digits as a number; `None` when empty (the default
-/// port) or not a port. Shorter than `str::parse`, which would be most of
-/// the lookup's cost.
+/// A port as hyper reads it (`Uri::port_u16`, which is `str::parse::<u16>`:
+/// an optional `+`, then any number of digits, leading zeros included, up
+/// to 65535), so that the key names the server hyper connects to; `None`
+/// when empty (the default port) or not a port. Written out because
+/// `str::parse` would be most of the lookup's cost.
 fn port_number(digits: &[u8]) -> Option<u16> {
-    if digits.is_empty() || digits.len() > 5 {
+    let digits = digits.strip_prefix(b"+").unwrap_or(digits);
+    if digits.is_empty() {
         return None;
     }
-    let n = digits.iter().try_fold(0u32, |n, &b| b.is_ascii_digit().then(|| n * 10 + u32::from(b - b'0')))?;
-    u16::try_from(n).ok()
+    digits.iter().try_fold(0u16, |n, &b| {
+        let digit = b.is_ascii_digit().then(|| u16::from(b - b'0'))?;
+        n.checked_mul(10)?.checked_add(digit)
+    })
 }
 
 impl OriginKey {
@@ -799,6 +804,27 @@ mod tests {
         }
         let [a, b] = ["http://a.example/", "http://b.example/"].map(|u| u.parse::<Uri>().unwrap());
         assert_ne!(Parts::of(&a).unwrap().hash(&state), Parts::of(&b).unwrap().hash(&state));
+    }
+
+    #[test]
+    fn ports_are_read_as_hyper_reads_them() {
+        let mut cases: Vec<String> =
+            ["", "+", "++80", "-0", "+0", "0", "00000000000000080", "+36635", "65535"]
+                .into_iter()
+                .chain(["65536", "99999", "080a", " 80", "8 0", "١٢"])
+                .map(String::from)
+                .collect();
+        cases.extend(
+            (0..70_000u32).step_by(7).flat_map(|n| [n.to_string(), format!("+{n}"), format!("000{n}")]),
+        );
+        for digits in &cases {
+            assert_eq!(port_number(digits.as_bytes()), digits.parse::<u16>().ok(), "{digits:?}");
+        }
+        // And through a URI, as hyper-util's connector reads it.
+        for authority in ["127.0.0.1:+36635", "127.0.0.1:0000036635", "h:+0", "h:", "[::1]:+8080"] {
+            let uri: Uri = format!("http://{authority}/").parse().unwrap();
+            assert_eq!(Parts::of(&uri).unwrap().port, uri.port_u16().unwrap_or(80), "{authority}");
+        }
     }
 
     #[test]

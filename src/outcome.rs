@@ -94,8 +94,8 @@ reasons! {
     /// The drop read what had already arrived of hyper's body, then the rest
     /// had to wait for the server and the drain could not wait:
     /// `max_concurrent_drains` drains were running, or there was no runtime
-    /// (with a time driver) to wait on. The same with nothing read is
-    /// skipped (`saturated`, `no_runtime`, `no_time_driver`).
+    /// to wait on. The same with nothing read is skipped (`saturated`,
+    /// `no_runtime`).
     CannotWait = "cannot_wait", Abandoned;
 
     /// Draining is off: a byte or time budget of zero (for the layer or
@@ -131,9 +131,6 @@ reasons! {
     /// `cannot_wait`). Only hyper's own body is ever read in the drop; any
     /// other body needs a task.
     NoRuntime = "no_runtime", Skipped;
-    /// The runtime has no time driver (built without `enable_time`), so a
-    /// time budget cannot be kept. Nothing was read.
-    NoTimeDriver = "no_time_driver", Skipped;
     /// The body was dropped while its thread was unwinding from a panic: a
     /// drain would have run, but the layer reads nothing and starts nothing
     /// then, and the body is dropped as hyper alone would drop it.

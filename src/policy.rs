@@ -11,14 +11,12 @@
 //! outcome of its own, or cannot wait, [`unfinished`] and [`cannot_wait`]
 //! name why.
 
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use http::header::{CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, TRANSFER_ENCODING};
 use http::{HeaderMap, HeaderValue, Version};
 use http_body::SizeHint;
-use tokio::runtime::{Handle, Id};
+use tokio::runtime::Handle;
 
 use crate::budget::DrainBudget;
 use crate::origin::{Origin, slow_start_rounds};
@@ -256,23 +254,20 @@ pub(crate) fn after_frame(read: u64, len: u64, max_bytes: u64, crossed: bool, re
 }
 
 /// Where a drain that has to wait for the server runs: on the runtime its
-/// response arrived on (`fetched`), and if that one has shut down, on the
-/// one current at the drop (`current`), when that is another runtime. The
-/// first choice and the fallback; a runtime known to have no time driver is
-/// passed over. `no_runtime` when there is neither, `no_time_driver` when
-/// every one there is lacks a timer. Asked only at a drop that has to wait,
-/// so that responses read to the end never touch it.
+/// response arrived on (`fetched`: hyper's connection task runs there), and
+/// if that one has shut down, on the one current at the drop (`current`),
+/// when that is another runtime. The first choice and the fallback;
+/// `no_runtime` when there is neither. Asked only at a drop that has to
+/// wait, so that responses read to the end never touch it.
 pub(crate) fn runtimes(
     fetched: Option<Handle>,
     current: Option<Handle>,
 ) -> Result<(Handle, Option<Handle>), Reason> {
     let current = current.filter(|c| fetched.as_ref().is_none_or(|f| f.id() != c.id()));
-    let any = fetched.is_some() || current.is_some();
-    let mut usable = fetched.into_iter().chain(current).filter(|h| !lacks_time_driver(h));
-    match (usable.next(), usable.next()) {
+    match (fetched, current) {
         (Some(first), fallback) => Ok((first, fallback)),
-        (None, _) if any => Err(Reason::NoTimeDriver),
-        (None, _) => Err(Reason::NoRuntime),
+        (None, Some(first)) => Ok((first, None)),
+        (None, None) => Err(Reason::NoRuntime),
     }
 }
 
@@ -291,41 +286,14 @@ pub(crate) fn cannot_wait(refused: Reason, read_any: bool) -> Reason {
     if read_any { Reason::CannotWait } else { refused }
 }
 
-/// Why a drain task ended without reaching an outcome of its own: unwinding
-/// from a panic of the body, dropped while running (the runtime shut down),
-/// or dropped before it ever ran (every runtime it could run on had shut
-/// down), which is [`cannot_wait`] for want of a runtime.
-pub(crate) fn unfinished(polled: bool, panicking: bool, read_any: bool) -> Reason {
-    match (polled, panicking) {
-        (_, true) => Reason::BodyPanic,
-        (true, false) => Reason::RuntimeShutdown,
-        (false, false) => cannot_wait(Reason::NoRuntime, read_any),
-    }
-}
-
-/// Runtimes seen without a time driver. Such a runtime panics when a drain
-/// arms its deadline; the first drain on it finds out (the panic is caught,
-/// and printed once by the panic hook), later drops on it are skipped
-/// without trying.
-static TIMERLESS: Mutex<Vec<Id>> = Mutex::new(Vec::new());
-static ANY_TIMERLESS: AtomicBool = AtomicBool::new(false);
-
-fn lacks_time_driver(runtime: &Handle) -> bool {
-    ANY_TIMERLESS.load(Ordering::Relaxed)
-        && TIMERLESS.lock().unwrap_or_else(|e| e.into_inner()).contains(&runtime.id())
-}
-
-/// Notes that `runtime` has no time driver (see [`TIMERLESS`]).
-pub(crate) fn found_no_time_driver(runtime: &Handle) {
-    let mut list = TIMERLESS.lock().unwrap_or_else(|e| e.into_inner());
-    if !list.contains(&runtime.id()) {
-        // Bounded: a process rarely builds many runtimes without timers.
-        if list.len() == 64 {
-            list.remove(0);
-        }
-        list.push(runtime.id());
-    }
-    ANY_TIMERLESS.store(true, Ordering::Relaxed);
+/// Why a drain task ended without reaching an outcome of its own: dropped
+/// while running (its runtime shut down, whatever else the thread was
+/// doing: a panic of the body is caught where it happens and counted
+/// `body_panic` there), or dropped before it ever ran (every runtime it
+/// could run on had shut down), which is [`cannot_wait`] for want of a
+/// runtime.
+pub(crate) fn unfinished(polled: bool, read_any: bool) -> Reason {
+    if polled { Reason::RuntimeShutdown } else { cannot_wait(Reason::NoRuntime, read_any) }
 }
 
 /// Whether a `Content-Type` value is one of the configured stream types.
@@ -469,7 +437,7 @@ mod tests {
         assert!(admit(&s).is_some(), "slot freed");
         match decide(&shared(10, Duration::MAX, 1), &at(None, 1)).0 {
             Decision::Drain(budget) => {
-                let now = tokio::time::Instant::now();
+                let now = std::time::Instant::now();
                 assert!(crate::budget::Allowance::from_drop(budget, now).deadline.is_none(), "no deadline")
             }
             Decision::Skip(r) => panic!("unexpected skip {r:?}"),
@@ -545,9 +513,7 @@ mod tests {
         assert_eq!(id(runtimes(Some(f.clone()), None)), Ok((f.id(), None)), "dropped on a plain thread");
         let timerless = tokio::runtime::Builder::new_current_thread().build().unwrap();
         let t = timerless.handle().clone();
-        found_no_time_driver(&t);
-        assert_eq!(id(runtimes(Some(t.clone()), Some(c.clone()))), Ok((c.id(), None)), "a timer is needed");
-        assert_eq!(id(runtimes(Some(t.clone()), None)), Err(Reason::NoTimeDriver));
+        assert_eq!(id(runtimes(Some(t.clone()), None)), Ok((t.id(), None)), "no time driver is needed");
     }
 
     #[test]
@@ -572,13 +538,13 @@ mod tests {
 
     #[test]
     fn unfinished_drains_name_their_cause() {
-        assert_eq!(unfinished(false, false, false), Reason::NoRuntime);
-        assert_eq!(unfinished(false, false, true), Reason::CannotWait, "a drain that read is not a skip");
-        assert_eq!(unfinished(true, false, true), Reason::RuntimeShutdown);
-        assert_eq!(unfinished(true, true, false), Reason::BodyPanic);
+        assert_eq!(unfinished(false, false), Reason::NoRuntime);
+        assert_eq!(unfinished(false, true), Reason::CannotWait, "a drain that read is not a skip");
+        assert_eq!(unfinished(true, true), Reason::RuntimeShutdown);
+        assert_eq!(unfinished(true, false), Reason::RuntimeShutdown, "whatever else the thread does");
         assert_eq!(cannot_wait(Reason::Saturated, false), Reason::Saturated);
         assert_eq!(cannot_wait(Reason::Saturated, true), Reason::CannotWait);
-        for reason in [Reason::Saturated, Reason::NoRuntime, Reason::NoTimeDriver] {
+        for reason in [Reason::Saturated, Reason::NoRuntime] {
             assert_eq!(reason.outcome(), crate::Outcome::Skipped);
         }
         assert_eq!(Reason::CannotWait.outcome(), crate::Outcome::Abandoned);

@@ -129,8 +129,9 @@ fn a_static_client_serves_one_short_lived_runtime_after_another() {
 
 // Why 3: no foreign code on the caller's thread.
 
-/// A body below the layer that takes `lock` for every frame: 100 frames of
-/// 10 bytes, then its end.
+/// A body below the layer that takes `lock` for every frame, and in
+/// `size_hint` and `is_end_stream` (a `map_response` body with shared
+/// state): 100 frames of 10 bytes, then its end.
 struct Locking {
     lock: Arc<Mutex<()>>,
     left: usize,
@@ -154,7 +155,13 @@ impl Body for Locking {
     }
 
     fn size_hint(&self) -> SizeHint {
+        let _held = self.lock.lock().unwrap();
         SizeHint::with_exact(10 * self.left as u64)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        let _held = self.lock.lock().unwrap();
+        self.left == 0
     }
 }
 
@@ -173,14 +180,16 @@ where
     })
 }
 
-/// The caller holds the lock the body takes for every frame while it drops
-/// the response: the drop returns (it reads no frame of a body that is not
-/// hyper's), and the drain runs once the lock is free, on the runtime the
-/// response arrived on. Both on a plain thread and inside the runtime.
+/// The caller holds the lock the body takes for every frame, in `size_hint`
+/// and in `is_end_stream`, while it drops the response: the drop returns (it
+/// runs no code of a body that is not hyper's), and the drain runs once the
+/// lock is free, on the runtime the response arrived on. Both on a plain
+/// thread and inside the runtime, and after the caller read part of it.
 #[test]
 fn dropping_a_body_whose_frames_take_a_lock_the_caller_holds_returns() {
-    for inside_the_runtime in [false, true] {
-        let what = if inside_the_runtime { "inside the runtime" } else { "on a plain thread" };
+    for (inside_the_runtime, frames_read) in [(false, 0), (true, 0), (false, 3), (true, 3)] {
+        let place = if inside_the_runtime { "inside the runtime" } else { "on a plain thread" };
+        let what = format!("{place}, {frames_read} frames read first");
         let lock = Arc::new(Mutex::new(()));
         let layer = DrainOnDropLayer::new().max_time(SECONDS);
         let stats = layer.stats();
@@ -190,9 +199,15 @@ fn dropping_a_body_whose_frames_take_a_lock_the_caller_holds_returns() {
             move || Locking { lock: lock.clone(), left: 100 }
         };
         let mut svc = layer.layer(serving(1000, body));
-        let res = rt.block_on(async { svc.ready().await.unwrap().call(Request::new(())).await.unwrap() });
+        let res = rt.block_on(async {
+            let mut res = svc.ready().await.unwrap().call(Request::new(())).await.unwrap();
+            for _ in 0..frames_read {
+                assert_eq!(read_one_frame(res.body_mut()).await, Some(10));
+            }
+            res
+        });
         let (rt2, lock2) = (rt.clone(), lock.clone());
-        returns_within_slack(what, move || {
+        returns_within_slack(&what, move || {
             let held = lock2.lock().unwrap();
             if inside_the_runtime {
                 rt2.block_on(async move { drop(res) });
@@ -203,7 +218,7 @@ fn dropping_a_body_whose_frames_take_a_lock_the_caller_holds_returns() {
         });
         let s = settle_blocking(&stats, SECONDS);
         assert_eq!(only(&s), [(Reason::EndOfBody, 1)], "{what}: drained on the runtime once free: {s:?}");
-        assert_eq!(s.bytes_drained, 1000, "{what}");
+        assert_eq!(s.bytes_drained, 1000 - 10 * frames_read, "{what}");
     }
 }
 
@@ -489,4 +504,116 @@ fn a_body_that_is_not_unpin_needs_no_adapter_and_drains() {
     });
     let s = stats.snapshot();
     assert_eq!((only(&s), s.bytes_drained), (vec![(Reason::EndOfBody, 1)], 990), "{s:?}");
+}
+
+// Off the main road (issue 26): responses rebuilt between layers, panics
+// that are not the body's, the cap against hyper's hand-over, runtimes
+// driven by a synchronous wrapper.
+
+/// Copies status, version and headers into a new response around the same
+/// body, losing the extensions (and the layer's one-drain marker with
+/// them), as an adapter between two layers may.
+fn rebuild<B>(res: Response<B>) -> Response<B> {
+    let (parts, body) = res.into_parts();
+    let mut rebuilt = Response::builder().status(parts.status).version(parts.version);
+    *rebuilt.headers_mut().unwrap() = parts.headers;
+    rebuilt.body(body).unwrap()
+}
+
+/// A response rebuilt between two layers (its extensions lost) still drains
+/// and counts once: the outer layer, which cannot see the marker, owns the
+/// drain, and the inner `DrainBody` it drops when its drain gives up (or
+/// reads to the end) starts no second one. Before 0.5, the stalled body
+/// counted two `over_time`s and held its connection for two budgets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_response_rebuilt_between_two_layers_drains_and_counts_once() {
+    let stalling = RawServer::start(stalls).await;
+    let later = RawServer::start(rest_comes_later).await;
+    let max_time = Duration::from_secs(2);
+    for (server, expected, what) in [
+        (&stalling, (Reason::OverTime, 512), "a stalled body: the outer drain gives up"),
+        (&later, (Reason::EndOfBody, 8 * KIB as u64), "a body that ends: the outer drain reads it"),
+    ] {
+        let (outer, inner) =
+            (DrainOnDropLayer::new().max_time(max_time), DrainOnDropLayer::new().max_time(SECONDS));
+        let mut svc = ServiceBuilder::new()
+            .layer(outer.clone())
+            .map_response(rebuild)
+            .layer(inner.clone())
+            .service(client().0);
+        drop(svc.ready().await.unwrap().call(get(server.uri("/"))).await.unwrap());
+        let (o, i) = (settle(&outer.stats(), max_time).await, settle(&inner.stats(), SECONDS).await);
+        assert_eq!(only(&o), [(expected.0, 1)], "{what}: counted once, by the outer layer: {o:?} {i:?}");
+        assert_eq!(only(&i), [], "{what}: the inner layer counts nothing: {i:?}");
+        assert_eq!(o.bytes_drained, expected.1, "{what}: read once: {o:?}");
+    }
+}
+
+/// A drain that runs when its current-thread runtime is dropped while the
+/// caller unwinds from a panic of its own (not the body's) counts
+/// `runtime_shutdown` (abandoned), not `body_panic` (failed).
+#[test]
+fn a_runtime_dropped_while_its_caller_unwinds_counts_runtime_shutdown() {
+    let (_server_rt, server) = server_on_its_own(stalls);
+    let layer = DrainOnDropLayer::new().max_time(SECONDS);
+    let stats = layer.stats();
+    let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let rt = current_thread();
+        let _svc = rt.block_on(async {
+            let mut svc = layer.layer(client().0);
+            drop_unread(&mut svc, get(server.uri("/"))).await;
+            wait_for("the drain to hold its slot", SLACK, || stats.snapshot().in_flight == 1).await;
+            // The stalled drain's task runs (and waits) while this one sleeps.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            svc
+        });
+        panic!("the caller panics; the runtime is dropped while it unwinds");
+    }));
+    assert!(unwound.is_err(), "the panic is the caller's");
+    let s = settle_blocking(&stats, SECONDS);
+    assert_eq!(only(&s), [(Reason::RuntimeShutdown, 1)], "{s:?}");
+}
+
+/// The cap against hyper's hand-over: hyper's connection task passes a
+/// body to its `Incoming` one decoded chunk at a time, so with every drain
+/// slot taken, a 64 KiB body written together with its head ends in the
+/// drop only as far as hyper had handed it over (a chunk), and the rest is
+/// given up (`cannot_wait`). What the README and the rustdoc say: a body
+/// ends in the drop, without a slot, only when hyper holds its rest in the
+/// chunk it has handed over.
+#[test]
+fn with_every_slot_taken_a_body_ends_in_the_drop_only_as_far_as_hyper_handed_it_over() {
+    let (_stall_rt, stalling) = server_on_its_own(stalls);
+    let (_server_rt, whole) = server_on_its_own(|_| content_length(1, 64 * KIB));
+    let layer = DrainOnDropLayer::new().max_time(SECONDS).max_concurrent_drains(1);
+    let stats = layer.stats();
+    current_thread().block_on(async {
+        let mut svc = layer.layer(client().0);
+        take_the_only_slot(&mut svc, &stalling, &stats).await;
+        let res = svc.ready().await.unwrap().call(get(whole.uri("/"))).await.unwrap();
+        drop(res);
+        let s = stats.snapshot();
+        assert_eq!(only(&s), [(Reason::CannotWait, 1)], "{s:?}");
+        assert!(s.bytes_drained < 64 * KIB as u64, "read what hyper had handed over, not the rest: {s:?}");
+        assert_eq!(s.in_flight, 1, "took no slot");
+    });
+}
+
+/// A current-thread runtime driven by a synchronous wrapper (`block_on` per
+/// call): a body dropped between calls has its drain queued on that runtime,
+/// which runs it only when driven again, its slot taken until then, as the
+/// README's Guarantees say. The next `block_on` runs it.
+#[test]
+fn a_current_thread_runtime_runs_its_drains_only_while_driven() {
+    let (_server_rt, server) = server_on_its_own(rest_comes_later);
+    let layer = DrainOnDropLayer::new().max_time(SECONDS);
+    let stats = layer.stats();
+    let rt = current_thread();
+    let mut svc = layer.layer(client().0);
+    let res = rt.block_on(async { svc.ready().await.unwrap().call(get(server.uri("/"))).await.unwrap() });
+    drop(res); // outside `block_on`: the drain is queued on `rt`
+    assert!(!stats.wait_idle_blocking(Duration::from_millis(200)), "nothing drives the drain: {stats:?}");
+    assert_eq!(stats.snapshot().in_flight, 1, "its slot is taken meanwhile");
+    assert!(rt.block_on(stats.wait_idle(SECONDS)), "driven again, the drain runs: {stats:?}");
+    assert_eq!(only(&stats.snapshot()), [(Reason::EndOfBody, 1)]);
 }
