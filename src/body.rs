@@ -1,17 +1,16 @@
 use std::fmt;
 use std::pin::Pin;
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Buf;
 use http::Response;
 use http_body::{Body, Frame, SizeHint};
-use tokio::runtime::Handle;
 
-use crate::drain::{self, DropContext};
-use crate::observe::ConnectionTag;
-use crate::policy::{self, AtDrop, Decision};
+use crate::drain;
+use crate::policy::{self, Decision};
 use crate::request::RequestInfo;
+use crate::response::{self, DropContext};
 
 /// Response body of [`DrainOnDrop`]: forwards every frame of the inner body
 /// unchanged, and when dropped before its end hands the rest to a background
@@ -57,53 +56,15 @@ where
 {
     /// Puts the drain on a response that arrived for `request`.
     pub(crate) fn wrap(mut response: Response<B>, request: RequestInfo) -> Response<DrainBody<B>> {
-        let extensions = response.extensions_mut();
         // A `DrainBody` further in owns the drain: it came through another
         // `DrainOnDrop`, or was wrapped already.
-        if extensions.get::<DrainOwned>().is_some() {
+        if response.extensions().get::<DrainOwned>().is_some() {
             return response.map(DrainBody::disarmed);
         }
-        let reuse = if request.shared.stats.is_observed() { ConnectionTag::take(extensions) } else { None };
-        if let Some(conn) = reuse {
-            request.shared.stats.response(conn.reused);
-        }
-        let origin = request.origin;
-        if let Some(origin) = &origin {
-            if let Some(sent_at) = request.sent_at {
-                origin.record_head(sent_at.elapsed());
-            }
-            origin.record_connection(reuse.map(|conn| (conn.reused, conn.setup_time)));
-        }
-        if reuse.is_none() && request.shared.config.adaptive {
-            request.shared.warn_unobserved_once();
-        }
-        // Nothing is left to drain (HEAD, 204, 304, `Content-Length: 0`): no
-        // state, nothing at the drop.
-        if response.body().is_end_stream() {
+        let Some(ctx) = response::at_response(&mut response, request) else {
             return response.map(DrainBody::disarmed);
-        }
-        response.extensions_mut().insert(DrainOwned);
-        let declared = response.body().size_hint();
-        let exact_length = declared.exact().is_some();
-        let head = policy::inspect(
-            &request.shared.config,
-            request.says,
-            response.version(),
-            response.headers(),
-            exact_length,
-        );
-        let ctx = DropContext {
-            shared: request.shared,
-            head,
-            budget: request.budget,
-            status: response.status().as_u16(),
-            declared,
-            caller_read: 0,
-            trace: request.trace,
-            origin,
-            warm: reuse.is_some_and(|conn| conn.reused),
-            runtime: Handle::try_current().ok(),
         };
+        response.extensions_mut().insert(DrainOwned);
         let armed = Armed { ctx, run: early_drop::<B> };
         response.map(|inner| DrainBody { inner: Some(Box::pin(inner)), armed: Some(armed), ended: false })
     }
@@ -125,23 +86,15 @@ fn early_drop<B>(inner: Pin<Box<B>>, ctx: DropContext)
 where
     B: Body + Send + 'static,
 {
-    let hyper_body = drain::is_hyper_body::<B>();
+    let hyper_body = policy::runs_in_the_drop::<B>();
     // Every byte was delivered even if the caller did not poll past the last
     // frame (another body's end was seen in `poll_frame`).
     if hyper_body && inner.is_end_stream() {
         return;
     }
-    let at = AtDrop {
-        head: ctx.head,
-        request_budget: ctx.budget,
-        origin: ctx.origin.as_deref(),
-        remaining: if hyper_body { inner.size_hint() } else { ctx.remaining() },
-        read: ctx.caller_read,
-        unwinding: std::thread::panicking(),
-    };
-    let (decision, decided_with) = policy::decide(&ctx.shared, &at);
-    // The estimates go into the DEBUG event, which the request found enabled.
-    let view = ctx.origin.as_ref().zip(decided_with).filter(|_| ctx.trace.is_some()).map(|(o, b)| o.view(b));
+    let at = ctx.at_drop(if hyper_body { inner.size_hint() } else { ctx.remaining() });
+    let (decision, decided_with) = policy::decide(ctx.shared(), &at, Instant::now());
+    let view = ctx.view(decided_with);
     match decision {
         Decision::Drain(budget) => drain::start(inner, budget, ctx, view),
         Decision::Skip(reason) => {
@@ -178,16 +131,16 @@ where
             Poll::Ready(Some(Ok(frame))) => {
                 if let Some(armed) = this.armed.as_mut() {
                     if let Some(data) = frame.data_ref() {
-                        armed.ctx.caller_read += data.remaining() as u64;
+                        armed.ctx.caller_read(data.remaining() as u64);
                     }
                     if inner.is_end_stream() {
-                        this.read_to_end();
+                        this.disarm();
                     }
                 }
             }
             Poll::Ready(None) => {
                 this.ended = true;
-                this.read_to_end();
+                this.disarm();
             }
             // The connection's fate is settled: hyper closes it.
             Poll::Ready(Some(Err(_))) => this.armed = None,
@@ -209,8 +162,8 @@ where
 }
 
 impl<B> DrainBody<B> {
-    /// The caller reached the end: nothing to do at the drop.
-    fn read_to_end(&mut self) {
+    /// The caller reached the end: nothing is left to do at the drop.
+    fn disarm(&mut self) {
         self.armed = None;
     }
 }

@@ -1,5 +1,7 @@
 use std::time::Duration;
 
+use http_body::SizeHint;
+
 /// Per-request drain budgets: insert into a request's extensions to override
 /// the layer's [`max_bytes`] and [`max_time`] for that one response.
 ///
@@ -59,7 +61,9 @@ impl DrainBudget {
 }
 
 /// What one started drain may spend: the budget it was decided with, turned
-/// into a byte allowance and a deadline at the drop.
+/// into a byte allowance and a deadline at the drop. What it has spent is
+/// the drain's to count; [`after_frame`](Self::after_frame) says where that
+/// leaves it.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Allowance {
     pub(crate) max_bytes: u64,
@@ -77,5 +81,61 @@ impl Allowance {
             dropped_at,
             deadline: dropped_at.checked_add(budget.max_time),
         }
+    }
+}
+
+impl Allowance {
+    /// Where a drain stands after a data frame of `len` bytes brought it to
+    /// `read` bytes (`crossed`: an earlier frame took it past the byte
+    /// allowance; `rest`: the body's size hint now). More data after the
+    /// crossing frame, or a rest known to be longer than what is left, is
+    /// over the allowance: so a drain reads at most `max_bytes` plus two
+    /// frames.
+    pub(crate) fn after_frame(&self, read: u64, len: u64, crossed: bool, rest: SizeHint) -> Spending {
+        if crossed && len > 0 {
+            return Spending::Spent;
+        }
+        if rest.lower() > self.max_bytes.saturating_sub(read) {
+            return Spending::Spent;
+        }
+        if read > self.max_bytes { Spending::Crossed } else { Spending::Within }
+    }
+}
+
+/// Where a drain stands against its byte allowance after a data frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Spending {
+    /// Read on.
+    Within,
+    /// This frame took the drain past the allowance: read one more frame, to
+    /// see whether the body ends there (only its end marker or trailers left).
+    Crossed,
+    /// Give up (`over_bytes`).
+    Spent,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_drain_reads_one_frame_past_the_allowance_then_gives_up_on_more_data() {
+        let a = Allowance::from_drop(DrainBudget::new(10, Duration::from_secs(1)), std::time::Instant::now());
+        let none = SizeHint::new();
+        assert_eq!(a.after_frame(10, 10, false, none), Spending::Within, "exactly the allowance");
+        assert_eq!(a.after_frame(11, 5, false, none), Spending::Crossed);
+        assert_eq!(a.after_frame(12, 1, true, none), Spending::Spent, "data after the crossing frame");
+        assert_eq!(a.after_frame(11, 0, true, none), Spending::Crossed, "an empty frame is no data");
+        assert_eq!(
+            a.after_frame(4, 4, false, SizeHint::with_exact(7)),
+            Spending::Spent,
+            "rest known too long"
+        );
+    }
+
+    #[test]
+    fn a_time_budget_too_large_for_an_instant_has_no_deadline() {
+        let a = Allowance::from_drop(DrainBudget::new(10, Duration::MAX), std::time::Instant::now());
+        assert!(a.deadline.is_none());
     }
 }

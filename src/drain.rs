@@ -2,18 +2,16 @@
 //! allowance, and drops it.
 //!
 //! hyper's own body (`hyper::body::Incoming`) is first read in the drop, as
-//! far as it has arrived: that runs no code but hyper's, never waits, and
-//! lets a body that is all there end at once, with no task. Anything that
-//! has to wait for the server, and every other body (whose code could block
-//! or take a lock the caller holds), is read on a background task, on the
-//! runtime the response arrived on while that runtime runs, else on the one
-//! current at the drop (see [`policy::runtimes`]).
+//! far as hyper has handed it over: that runs no code but hyper's, never
+//! waits, and lets a body whose rest is there end at once, with no task.
+//! Anything that has to wait for the server, and every other body (whose
+//! code could block or take a lock the caller holds), is read on a
+//! background task, on the runtime `runtime::for_drain` chooses.
 //!
 //! The time budget counts from the drop and is checked before every frame,
 //! in the drop and on the task alike, so the outcome is known within
 //! `max_time` of the drop plus the time of one frame, whatever the body.
 
-use std::any::TypeId;
 use std::cell::Cell;
 use std::future::poll_fn;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -23,87 +21,17 @@ use std::task::{Context, Poll, Waker, ready};
 use std::time::Instant;
 
 use bytes::Buf;
-use http_body::{Body, SizeHint};
+use http_body::Body;
 use tokio::runtime::Handle;
 
-use crate::budget::{Allowance, DrainBudget};
-use crate::origin::Origin;
+use crate::budget::{Allowance, DrainBudget, Spending};
+use crate::event::OriginView;
 use crate::outcome::Reason;
 use crate::policy;
-use crate::shared::Shared;
-use crate::stats::{OriginView, Report, Slot, Trace};
+use crate::response::DropContext;
+use crate::runtime;
+use crate::stats::Slot;
 use crate::timer::Deadline;
-
-/// Everything known about a response when its body is dropped early:
-/// captured when the response arrived, and the working state of its drain.
-pub(crate) struct DropContext {
-    pub(crate) shared: Arc<Shared>,
-    /// Reason the connection will not be reused whatever we do, from the head.
-    pub(crate) head: Option<Reason>,
-    /// The request's own budget, overriding the layer's.
-    pub(crate) budget: Option<DrainBudget>,
-    pub(crate) status: u16,
-    /// The body's size hint when the response arrived: what the drop knows
-    /// of the rest of a body whose code it does not run.
-    pub(crate) declared: SizeHint,
-    /// Data bytes the caller read.
-    pub(crate) caller_read: u64,
-    pub(crate) trace: Option<Box<Trace>>,
-    /// The response's origin: its estimates, and what this drop teaches them.
-    pub(crate) origin: Option<Arc<Origin>>,
-    /// The response came on a connection that had carried one before (as
-    /// an observer says): its drain is past TCP slow start.
-    pub(crate) warm: bool,
-    /// The runtime the response arrived on, if any: where its drain waits.
-    pub(crate) runtime: Option<Handle>,
-}
-
-impl DropContext {
-    /// Counts the drop under `reason` and emits its event.
-    pub(crate) fn record(
-        &self,
-        reason: Reason,
-        bytes_drained: u64,
-        elapsed: std::time::Duration,
-        view: Option<OriginView>,
-    ) {
-        // Outcomes only steer adaptive mode's probes.
-        if let (Some(origin), true) = (&self.origin, self.shared.config.adaptive) {
-            origin.record_outcome(reason);
-        }
-        self.shared.stats.record(&Report {
-            reason,
-            bytes_drained,
-            caller_read: self.caller_read,
-            elapsed,
-            status: self.status,
-            trace: self.trace.as_deref(),
-            origin: view,
-        });
-    }
-}
-
-impl DropContext {
-    /// What is left of a body whose code the drop does not run: the size
-    /// hint it had when the response arrived, less what the caller read.
-    pub(crate) fn remaining(&self) -> SizeHint {
-        let read = self.caller_read;
-        let mut rest = SizeHint::new();
-        rest.set_lower(self.declared.lower().saturating_sub(read));
-        if let Some(upper) = self.declared.upper() {
-            rest.set_upper(upper.saturating_sub(read).max(rest.lower()));
-        }
-        rest
-    }
-}
-
-/// Whether a body of type `B` is hyper's own, the one body whose code runs
-/// in the drop (`is_end_stream`, `size_hint`, and reading what has arrived):
-/// it is hyper's code, which blocks on nothing and takes no lock of the
-/// caller's. Any other body's code runs on the drain's task only.
-pub(crate) fn is_hyper_body<B: 'static>() -> bool {
-    TypeId::of::<B>() == TypeId::of::<hyper::body::Incoming>()
-}
 
 /// Drains `body` within `budget`, counted from now (the drop): hyper's body
 /// first here, as far as it has arrived; then, if it has to wait for the
@@ -113,7 +41,7 @@ pub(crate) fn start<B>(body: Pin<Box<B>>, budget: DrainBudget, mut ctx: DropCont
 where
     B: Body + Send + 'static,
 {
-    let fetched = ctx.runtime.take();
+    let fetched = ctx.take_runtime();
     let mut drain = Drain {
         allowance: Allowance::from_drop(budget, Instant::now()),
         body: Some(body),
@@ -126,7 +54,7 @@ where
         crossed: false,
         polled: false,
     };
-    if is_hyper_body::<B>() {
+    if policy::runs_in_the_drop::<B>() {
         // hyper's body does not panic; if it ever did, the drop must not.
         let mut cx = Context::from_waker(Waker::noop());
         match catch_unwind(AssertUnwindSafe(|| drain.poll_drain(&mut cx, None))) {
@@ -135,11 +63,11 @@ where
             Err(_) => return drain.finish(Reason::BodyPanic),
         }
     }
-    let (runtime, fallback) = match policy::runtimes(fetched, Handle::try_current().ok()) {
+    let (runtime, fallback) = match runtime::for_drain(fetched, Handle::try_current().ok()) {
         Ok(runtimes) => runtimes,
         Err(refused) => return drain.finish(policy::cannot_wait(refused, drain.bytes > 0)),
     };
-    match policy::admit(&drain.ctx.shared) {
+    match policy::admit(drain.ctx.shared()) {
         Some(slot) => drain.slot = Some(slot),
         None => return drain.finish(policy::cannot_wait(Reason::Saturated, drain.bytes > 0)),
     }
@@ -218,7 +146,7 @@ struct Drain<B> {
     bytes: u64,
     /// When the body first had to wait for the server, and the bytes read
     /// before: what came after is the link's throughput, a sample the origin
-    /// keeps if the connection was warm (`Origin::record_drain`).
+    /// keeps if the connection was warm (`policy::samples_throughput`).
     first_wait: Option<(Instant, u64)>,
     /// A data frame took `bytes` past the allowance: one more frame is read
     /// to see whether the body ends there.
@@ -269,7 +197,7 @@ where
             }
             let frame = match body.as_mut().poll_frame(cx) {
                 Poll::Pending => {
-                    if self.first_wait.is_none() && self.ctx.origin.is_some() {
+                    if self.first_wait.is_none() && self.ctx.origin().is_some() {
                         self.first_wait = Some((Instant::now(), self.bytes));
                     }
                     if let Some(deadline) = deadline {
@@ -286,16 +214,10 @@ where
             let Some(data) = frame.data_ref() else { continue };
             let len = data.remaining() as u64;
             self.bytes = self.bytes.saturating_add(len);
-            match policy::after_frame(
-                self.bytes,
-                len,
-                self.allowance.max_bytes,
-                self.crossed,
-                body.size_hint(),
-            ) {
-                policy::Budget::Within => {}
-                policy::Budget::Crossed => self.crossed = true,
-                policy::Budget::Spent => return Poll::Ready(Reason::OverBytes),
+            match self.allowance.after_frame(self.bytes, len, self.crossed, body.size_hint()) {
+                Spending::Within => {}
+                Spending::Crossed => self.crossed = true,
+                Spending::Spent => return Poll::Ready(Reason::OverBytes),
             }
         }
         cx.waker().wake_by_ref();
@@ -314,12 +236,33 @@ impl<B> Drain<B> {
         }
         self.recorded = true;
         let elapsed = self.allowance.dropped_at.elapsed();
-        let link_limited = matches!(reason, Reason::EndOfBody | Reason::OverBytes | Reason::OverTime);
-        if let (Some(origin), Some((at, before)), true) = (&self.ctx.origin, self.first_wait, link_limited) {
-            origin.record_drain(self.bytes - before, at.elapsed(), self.ctx.warm);
-        }
+        self.teach_the_origin(reason);
         self.ctx.record(reason, self.bytes, elapsed, self.view);
         drop(self.slot.take());
+    }
+}
+
+impl<B> Drain<B> {
+    /// What a drain that ended with `reason` teaches its origin's estimates:
+    /// a throughput sample, and (in adaptive mode) whether it reached the end,
+    /// for probes; at most one lock, and none when there is nothing to say.
+    fn teach_the_origin(&self, reason: Reason) {
+        let Some(origin) = self.ctx.origin() else { return };
+        let sample = self.first_wait.filter(|_| policy::samples_throughput(reason, self.ctx.warm()));
+        let outcome =
+            policy::counts_for_probes(reason).filter(|_| self.ctx.shared().config.budgets.adaptive());
+        if sample.is_none() && outcome.is_none() {
+            return;
+        }
+        let bytes = self.bytes;
+        self.ctx.shared().origins.with(origin.id, |est| {
+            if let Some((at, before)) = sample {
+                est.record_drain(bytes - before, at.elapsed(), Instant::now());
+            }
+            if let Some(reached_the_end) = outcome {
+                est.record_outcome(reached_the_end);
+            }
+        });
     }
 }
 

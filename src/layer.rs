@@ -7,11 +7,12 @@ use tower_layer::Layer;
 
 use crate::body::DrainBody;
 use crate::observe::ObserveConnector;
-use crate::origin::OriginSnapshot;
+use crate::origin::{Estimates, OriginSnapshot};
 use crate::policy;
 use crate::request::RequestInfo;
 use crate::service::DrainOnDrop;
 use crate::shared::{Config, Shared};
+use crate::sizing;
 use crate::stats::DrainStats;
 
 /// Wraps a client service in [`DrainOnDrop`]: response bodies dropped before
@@ -36,10 +37,10 @@ pub struct DrainOnDropLayer {
 }
 
 impl DrainOnDropLayer {
-    /// A layer with the default budgets: 256 KiB, and a time budget that
-    /// follows the origin's round trip (six round trips, between 50 ms and
-    /// 1 s; see [`max_time`](Self::max_time)), and at most 1024 drains
-    /// running at once.
+    /// A layer with the default settings, each stated on its setter
+    /// ([`max_bytes`](Self::max_bytes), [`max_time`](Self::max_time),
+    /// [`max_concurrent_drains`](Self::max_concurrent_drains), …) and
+    /// explained in the [crate documentation](crate#why-byte-and-time-budgets).
     pub fn new() -> Self {
         DrainOnDropLayer { shared: Arc::new(Shared::default()) }
     }
@@ -109,10 +110,7 @@ impl DrainOnDropLayer {
     /// let layer = DrainOnDropLayer::new().max_bytes(64 * 1024);
     /// ```
     pub fn max_bytes(self, max_bytes: u64) -> Self {
-        self.config(|c| {
-            c.max_bytes = max_bytes;
-            c.explicit_bytes = true;
-        })
+        self.config(|c| c.budgets.set_max_bytes(max_bytes))
     }
 
     /// Time budget: a drain is abandoned this long after the body was
@@ -135,10 +133,7 @@ impl DrainOnDropLayer {
     /// let layer = DrainOnDropLayer::new().max_time(Duration::from_millis(100));
     /// ```
     pub fn max_time(self, max_time: Duration) -> Self {
-        self.config(|c| {
-            c.max_time = max_time;
-            c.explicit_time = true;
-        })
+        self.config(|c| c.budgets.set_max_time(max_time))
     }
 
     /// The most drains running at once in the background, across every
@@ -249,7 +244,7 @@ impl DrainOnDropLayer {
     /// let svc = ServiceBuilder::new().layer(layer).service(client);
     /// ```
     pub fn adaptive(self) -> Self {
-        self.config(|c| c.adaptive = true)
+        self.config(|c| c.budgets.set_adaptive())
     }
 
     /// Wraps a hyper-util connector in an [`ObserveConnector`] counting into
@@ -274,12 +269,15 @@ impl DrainOnDropLayer {
     /// the byte budget from each would get now. At most 256 origins, least
     /// recently used forgotten first; never the userinfo.
     pub fn origins(&self) -> Vec<OriginSnapshot> {
-        let config = &self.shared.config;
-        self.shared.origins.snapshot(config.adaptive, |origin| {
-            let adaptive = |default| origin.adaptive_budget_now(config.ceiling(), default, config.max_bytes);
-            let (budget, adaptive) = policy::origin_budget(config, origin, adaptive);
-            (adaptive || !config.explicit_time).then_some(budget)
-        })
+        let budgets = &self.shared.config.budgets;
+        let snapshot = |(origin, est): (String, Estimates)| {
+            // As a drop of a body the size of the byte budget would get it,
+            // without spending a probe.
+            let sized = sizing::for_origin(budgets, &est, budgets.max_bytes(), None);
+            let budget = sizing::depends_on_origin(budgets, &sized).then_some(sized.budget);
+            OriginSnapshot::new(origin, &est, budgets.adaptive(), budget)
+        };
+        self.shared.origins.snapshot().into_iter().map(snapshot).collect()
     }
 
     /// Puts the drain on a response that did not come through a service
@@ -322,7 +320,7 @@ impl DrainOnDropLayer {
     where
         B: Body + Send + 'static,
     {
-        DrainBody::wrap(res, RequestInfo::none::<B>(&self.shared))
+        DrainBody::wrap(res, RequestInfo::none(&self.shared, policy::runs_in_the_drop::<B>()))
     }
 }
 

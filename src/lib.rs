@@ -106,16 +106,23 @@
 //!
 //! A body read to its end, or already at its end (HEAD, 204, 304,
 //! `Content-Length: 0`), is never drained or counted and costs little
-//! beyond the wrapper: no task, one reference to the layer's state and one
-//! to the runtime, and a marker in the response's extensions (adaptive
-//! mode adds a few uncontended locks per request for its estimates).
+//! beyond the wrapper, in every mode: no task, one reference to the layer's
+//! state and one to the runtime, a marker in the response's extensions, and
+//! one short lock when its head arrives, on the layer's origin table, to
+//! record the round trip (the default budget follows it). An early drop
+//! takes no further lock in the default mode (the round trip was read with
+//! the head) unless the DEBUG event is on; a drain that waited takes one
+//! more at its end to record what it measured. Adaptive mode adds a lock at
+//! the drop, for its estimates.
 //!
 //! A response drains once, however it was wrapped: the first `DrainOnDrop`
 //! (or [`wrap_response`](DrainOnDropLayer::wrap_response)) to see it marks
 //! it, and any other one further out passes its body through. Stacked
 //! layers (the same one twice, two with different budgets, a tower
 //! `Buffer` between them) therefore count each early drop once, in the
-//! innermost layer's stats and under its budgets.
+//! innermost layer's stats and under its budgets. A response rebuilt
+//! between two layers, its extensions (and the mark) lost, drains once too,
+//! in the outer layer.
 //!
 //! # Counting and exporting
 //!
@@ -331,22 +338,42 @@
 
 #![forbid(unsafe_code)]
 
+// The rooms, from the entry point down (`tests/layout.rs` keeps the import
+// graph one-way):
+// - `layer` (settings, `origins()`, `wrap_response`), `service`, `future`:
+//   the tower pieces; `request` reads a request in `call`, `response` does
+//   everything once when its head arrives, `body` forwards frames and, at an
+//   early drop, asks the policy.
+// - `policy`: the one place that decides (drain or skip, which body's code
+//   runs in the drop, the cap, what an outcome teaches an origin); `headers`
+//   reads what the headers say; `sizing`: what a drain may spend (every
+//   budget rule and number); `runtime`: where a drain runs.
+// - `drain`: the one place that drains; `budget`: `DrainBudget` and the
+//   allowance a drain spends; `timer`: deadlines without a runtime timer.
+// - `stats`: the one place that counts; `event`: the DEBUG event;
+//   `outcome`: reasons and outcomes; `origin`: what is measured per origin;
+//   `observe`: the connector wrapper; `shared`: what a layer's pieces share.
 mod body;
 mod budget;
 mod drain;
+mod event;
 pub mod future;
+mod headers;
 mod layer;
 pub mod observe;
 mod origin;
+mod outcome;
+mod policy;
 #[cfg_attr(not(doctest), doc = include_str!("recipes.md"))]
 // Its code blocks need reqwest, axum and prometheus-client: they are
 // compiled and run as doctests of the workspace's `stacks` member.
 pub mod recipes {}
-mod outcome;
-mod policy;
 mod request;
+mod response;
+mod runtime;
 mod service;
 mod shared;
+mod sizing;
 mod stats;
 mod timer;
 

@@ -1,131 +1,33 @@
-//! The one place that decides what happens to an early drop.
-//!
-//! Three moments feed the decision. When the response head arrives,
-//! [`inspect`] reads the request and response headers once and notes any
-//! reason the connection cannot be reused whatever a drain does. When the
-//! body is dropped before its end, [`decide`] adds what is known then (the
-//! budget, the remaining length, whether the thread is unwinding) and
-//! returns either a reason to skip or what the drain may spend. When the
-//! drain has to wait for the server, [`admit`] says whether the cap lets it
-//! and [`runtimes`] where its task runs. When a drain ends without an
-//! outcome of its own, or cannot wait, [`unfinished`] and [`cannot_wait`]
-//! name why.
+//! The one place that decides what happens to an early drop, and to the
+//! drain that follows: whether to drain at all ([`decide`]), which body's
+//! code may run in the drop ([`runs_in_the_drop`]), whether a drain that
+//! has to wait may ([`admit`]), the reason for a drain that cannot wait or
+//! never finished ([`cannot_wait`], [`unfinished`]), and which outcomes
+//! teach an origin's estimates something ([`samples_throughput`],
+//! [`counts_for_probes`]). What a drain may spend is `sizing.rs`'s; what the
+//! headers say, `headers.rs`'s; where a drain runs, `runtime.rs`'s.
 
-use std::time::Duration;
+use std::any::TypeId;
+use std::time::Instant;
 
-use http::header::{CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, TRANSFER_ENCODING};
-use http::{HeaderMap, HeaderValue, Version};
 use http_body::SizeHint;
-use tokio::runtime::Handle;
 
 use crate::budget::DrainBudget;
-use crate::origin::{Origin, slow_start_rounds};
+use crate::origin::OriginAt;
 use crate::outcome::Reason;
-use crate::shared::{Config, Shared};
+use crate::shared::Shared;
+use crate::sizing;
 use crate::stats::Slot;
 
-/// What the request said about its response's drain, for [`inspect`].
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct RequestSays {
-    /// The request carries `Connection: close`.
-    pub(crate) close: bool,
-    /// The response did not come from the client below the layer (see
-    /// `wrap_response`): its headers may no longer describe the wire framing
-    /// (reqwest removes `Content-Length` from bodies it decompresses), so
-    /// the body is not taken for close-delimited.
-    pub(crate) framing_unknown: bool,
-}
-
-impl RequestSays {
-    pub(crate) fn read(headers: &HeaderMap) -> Self {
-        RequestSays { close: has_token(headers, "close"), framing_unknown: false }
-    }
-
-    /// For a response that came without its request, with a body that is
-    /// not hyper's own.
-    pub(crate) fn unknown() -> Self {
-        RequestSays { close: false, framing_unknown: true }
-    }
-}
-
-/// Reads the response head, and what the request said, for a reason why
-/// this connection will not be reused, or this body will not end, whatever
-/// a drain does. `exact_length` is whether the body knows its exact length
-/// (hyper's `Incoming` does for `Content-Length` framing): such a body is
-/// framed and ends, so only `Connection` is looked up.
-pub(crate) fn inspect(
-    config: &Config,
-    request: RequestSays,
-    version: Version,
-    headers: &HeaderMap,
-    exact_length: bool,
-) -> Option<Reason> {
-    if version >= Version::HTTP_2 {
-        return Some(Reason::Http2);
-    }
-    // A body of exact length only needs `Connection`, which most responses
-    // lack: look at the names alone first.
-    if exact_length && !request.close && !headers.keys().any(|name| name == CONNECTION) {
-        return (version <= Version::HTTP_10).then_some(Reason::ConnectionClose);
-    }
-    // One pass over the headers (a handful on most responses), comparing
-    // names, rather than a hashed lookup per header of interest.
-    let mut head = Head::default();
-    for (name, value) in headers {
-        if name == CONNECTION {
-            head.close |= lists(value, "close");
-            head.keep_alive |= lists(value, "keep-alive");
-        } else if name == TRANSFER_ENCODING {
-            head.transfer_encoding = true;
-            // As hyper frames it: the last coding of the last header decides.
-            head.chunked = last_coding_is_chunked(value);
-        } else if name == CONTENT_LENGTH {
-            head.content_length = true;
-        } else if name == CONTENT_TYPE && !exact_length {
-            head.stream = is_stream(config, value);
-        }
-    }
-    if request.close || head.close {
-        return Some(Reason::ConnectionClose);
-    }
-    if version <= Version::HTTP_10 && !head.keep_alive {
-        return Some(Reason::ConnectionClose);
-    }
-    if exact_length {
-        return None;
-    }
-    // Any Transfer-Encoding overrides Content-Length, and one that does not
-    // end in chunked is read until the close.
-    let framed = if head.transfer_encoding { head.chunked } else { head.content_length };
-    if !framed && !request.framing_unknown {
-        return Some(Reason::CloseDelimited);
-    }
-    if head.stream {
-        return Some(Reason::Stream);
-    }
-    None
-}
-
-/// What [`inspect`] reads off the response headers.
-#[derive(Default)]
-struct Head {
-    close: bool,
-    keep_alive: bool,
-    transfer_encoding: bool,
-    chunked: bool,
-    content_length: bool,
-    stream: bool,
-}
-
 /// What is known when a body is dropped before its end.
-pub(crate) struct AtDrop<'a> {
-    /// What [`inspect`] found when the response arrived.
+pub(crate) struct AtDrop {
+    /// What the headers said when the response arrived (`headers::inspect`).
     pub(crate) head: Option<Reason>,
     /// The request's own budget, overriding the layer's.
     pub(crate) request_budget: Option<DrainBudget>,
-    /// In adaptive mode, the response's origin.
-    pub(crate) origin: Option<&'a Origin>,
-    /// The body's size hint now.
+    /// The response's origin.
+    pub(crate) origin: Option<OriginAt>,
+    /// What is left of the body, as far as is known.
     pub(crate) remaining: SizeHint,
     /// Data bytes the caller read.
     pub(crate) read: u64,
@@ -134,141 +36,84 @@ pub(crate) struct AtDrop<'a> {
 }
 
 /// What to do with a body dropped before its end.
+#[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Decision {
     /// Drop it now, as hyper alone would.
     Skip(Reason),
     /// Drain it within this budget (counted from the drop): hyper's own body
-    /// at once as far as it has arrived, then, if [`admit`] lets it, on a
-    /// task.
+    /// at once as far as hyper handed it over, then, if [`admit`] lets it,
+    /// on a task.
     Drain(DrainBudget),
 }
 
-/// Decides what to do with a body dropped before its end. Also returns the
-/// budget it was decided with, when it got that far, for the event.
-pub(crate) fn decide(shared: &Shared, at: &AtDrop<'_>) -> (Decision, Option<DrainBudget>) {
+/// Decides what to do with a body dropped before its end, `now`. Also
+/// returns the budget it was decided with, when it got that far, for the
+/// event. A probe the adaptive budget carried is spent only when the drop
+/// drains.
+pub(crate) fn decide(shared: &Shared, at: &AtDrop, now: Instant) -> (Decision, Option<DrainBudget>) {
     let config = &shared.config;
-    let mut decided_with = None;
-    let decision = 'decide: {
-        if !config.enabled || config.max_concurrent_drains == 0 {
-            break 'decide Decision::Skip(Reason::Disabled);
+    let budgets = &config.budgets;
+    if !config.enabled || config.max_concurrent_drains == 0 {
+        return (Decision::Skip(Reason::Disabled), None);
+    }
+    let enabled = at.request_budget.unwrap_or_else(|| sizing::fixed(budgets)).is_enabled();
+    if !enabled {
+        return (Decision::Skip(Reason::Disabled), None);
+    }
+    if let Some(reason) = at.head {
+        return (Decision::Skip(reason), None);
+    }
+    let sized = match (at.request_budget, at.origin) {
+        (Some(budget), _) => plain(budget),
+        (None, None) => plain(sizing::fixed(budgets)),
+        (None, Some(origin)) if budgets.adaptive() => {
+            let size = at.remaining.exact().map_or(budgets.max_bytes(), |rest| rest.saturating_add(at.read));
+            let sized =
+                shared.origins.with(origin.id, |est| sizing::for_origin(budgets, est, size, Some(now)));
+            sized.unwrap_or_else(|| plain(sizing::following_round_trip(budgets, origin.round_trip)))
         }
-        if let Some(budget) = at.request_budget {
-            if !budget.is_enabled() {
-                break 'decide Decision::Skip(Reason::Disabled);
-            }
-        } else if !config.budget().is_enabled() {
-            break 'decide Decision::Skip(Reason::Disabled);
-        }
-        if let Some(reason) = at.head {
-            break 'decide Decision::Skip(reason);
-        }
-        let (budget, adaptive) = match (at.request_budget, at.origin) {
-            (Some(budget), _) => (budget, false),
-            (None, None) => (config.budget(), false),
-            (None, Some(origin)) => {
-                let size = at.remaining.exact().map_or(config.max_bytes, |rest| rest.saturating_add(at.read));
-                origin_budget(config, origin, |default| {
-                    origin.adaptive_budget(config.ceiling(), default, size)
-                })
-            }
-        };
-        decided_with = Some(budget);
-        if adaptive && !budget.is_enabled() {
-            break 'decide Decision::Skip(Reason::ReconnectCheaper);
-        }
-        // A body that must be longer than the budget is not worth a single
-        // read: Go and .NET skip it the same way.
-        if at.remaining.lower() > budget.max_bytes {
-            break 'decide Decision::Skip(Reason::DeclaredOverBudget);
-        }
-        // A drain would run, but not from a drop made while the thread
-        // unwinds: no read, no task, only the count.
-        if at.unwinding {
-            break 'decide Decision::Skip(Reason::Unwinding);
-        }
-        // The cap is not asked here: a body that ends in the drop takes no
-        // place under it (see `admit`).
-        Decision::Drain(budget)
+        (None, Some(origin)) => plain(sizing::following_round_trip(budgets, origin.round_trip)),
     };
-    (decision, decided_with)
+    let decision = with_budget(&sized, at);
+    if let (Decision::Drain(_), true, Some(origin)) = (&decision, sized.adaptive, at.origin) {
+        shared.origins.with(origin.id, |est| est.spend(sized.probe, now));
+    }
+    (decision, Some(sized.budget))
 }
 
-/// The budget an origin's early drops get without a request budget: in
-/// adaptive mode, what `adaptive` gives from the origin's estimates (and
-/// `true`), once its setup cost is measured; otherwise the default budget
-/// ([`default_budget`], from the origin's round trip).
-pub(crate) fn origin_budget(
-    config: &Config,
-    origin: &Origin,
-    adaptive: impl FnOnce(DrainBudget) -> Option<DrainBudget>,
-) -> (DrainBudget, bool) {
-    let default = default_budget(config, origin.round_trip());
-    match config.adaptive.then(|| adaptive(default)).flatten() {
-        Some(budget) => (budget, true),
-        None => (default, false),
-    }
+fn plain(budget: DrainBudget) -> sizing::Sized {
+    sizing::Sized { budget, adaptive: false, probe: None }
 }
 
-/// The default budget of an early drop: `max_bytes`, and a time budget that
-/// follows the origin's round trip, long enough for a new connection's TCP
-/// slow start to deliver `max_bytes` (`slow_start_rounds(max_bytes)` round
-/// trips) plus one round trip, never below `max_time`'s default (50 ms) nor
-/// above 1 s. A LAN origin (a round trip under 8 ms at the default 256 KiB)
-/// gets 50 ms; one 100 ms away, 600 ms. An explicit `max_time` is the time
-/// budget, whatever the round trip; so is the default with no round trip
-/// measured yet.
-pub(crate) fn default_budget(config: &Config, round_trip: Option<Duration>) -> DrainBudget {
-    match round_trip {
-        Some(rtt) if !config.explicit_time => {
-            let rounds = slow_start_rounds(config.max_bytes) + 1;
-            let time = rtt.saturating_mul(rounds).clamp(config.max_time, config.ceiling().max_time);
-            DrainBudget::new(config.max_bytes, time)
-        }
-        _ => config.budget(),
+/// The checks that need the budget.
+fn with_budget(sized: &sizing::Sized, at: &AtDrop) -> Decision {
+    let budget = sized.budget;
+    if sized.adaptive && !budget.is_enabled() {
+        return Decision::Skip(Reason::ReconnectCheaper);
     }
+    // A body that must be longer than the budget is not worth a single
+    // read: Go and .NET skip it the same way.
+    if at.remaining.lower() > budget.max_bytes {
+        return Decision::Skip(Reason::DeclaredOverBudget);
+    }
+    // A drain would run, but not from a drop made while the thread
+    // unwinds: no read, no task, only the count.
+    if at.unwinding {
+        return Decision::Skip(Reason::Unwinding);
+    }
+    // The cap is not asked here: a body that ends in the drop takes no
+    // place under it (see `admit`).
+    Decision::Drain(budget)
 }
 
-/// Where a drain stands against its byte allowance after a data frame.
-pub(crate) enum Budget {
-    /// Read on.
-    Within,
-    /// This frame took the drain past the allowance: read one more frame, to
-    /// see whether the body ends there (only its end marker or trailers left).
-    Crossed,
-    /// Give up (`over_bytes`).
-    Spent,
-}
-
-/// The byte rule of a running drain, after a data frame of `len` bytes
-/// brought it to `read` of `max_bytes`: more data after the crossing frame,
-/// or a rest known to be longer than what is left, is over the budget. So a
-/// drain reads at most `max_bytes` plus two frames.
-pub(crate) fn after_frame(read: u64, len: u64, max_bytes: u64, crossed: bool, rest: SizeHint) -> Budget {
-    if crossed && len > 0 {
-        return Budget::Spent;
-    }
-    if rest.lower() > max_bytes.saturating_sub(read) {
-        return Budget::Spent;
-    }
-    if read > max_bytes { Budget::Crossed } else { Budget::Within }
-}
-
-/// Where a drain that has to wait for the server runs: on the runtime its
-/// response arrived on (`fetched`: hyper's connection task runs there), and
-/// if that one has shut down, on the one current at the drop (`current`),
-/// when that is another runtime. The first choice and the fallback;
-/// `no_runtime` when there is neither. Asked only at a drop that has to
-/// wait, so that responses read to the end never touch it.
-pub(crate) fn runtimes(
-    fetched: Option<Handle>,
-    current: Option<Handle>,
-) -> Result<(Handle, Option<Handle>), Reason> {
-    let current = current.filter(|c| fetched.as_ref().is_none_or(|f| f.id() != c.id()));
-    match (fetched, current) {
-        (Some(first), fallback) => Ok((first, fallback)),
-        (None, Some(first)) => Ok((first, None)),
-        (None, None) => Err(Reason::NoRuntime),
-    }
+/// Whether the drop may run code of a body of type `B`: only of hyper's
+/// own (`hyper::body::Incoming`), which blocks on nothing and takes no lock
+/// of the caller's. Any other body's code (`poll_frame`, `size_hint`,
+/// `is_end_stream`) runs on the drain's task only; the drop decides from
+/// what the layer saw while the caller read it. Also whether the body's
+/// headers describe its wire framing (see `headers::RequestSays`).
+pub(crate) fn runs_in_the_drop<B: 'static>() -> bool {
+    TypeId::of::<B>() == TypeId::of::<hyper::body::Incoming>()
 }
 
 /// Admits a drain that has to wait for the server to the background, under
@@ -279,9 +124,9 @@ pub(crate) fn admit(shared: &Shared) -> Option<Slot> {
 }
 
 /// Why a drain that had to wait for the server could not: `refused` says
-/// why not (no slot, no runtime, no timer), which is the reason when the
-/// drop read nothing; a drop that had read part of the body did start a
-/// drain, and gives it up (`cannot_wait`).
+/// why not (no slot, no runtime), which is the reason when the drop read
+/// nothing; a drop that had read part of the body did start a drain, and
+/// gives it up (`cannot_wait`).
 pub(crate) fn cannot_wait(refused: Reason, read_any: bool) -> Reason {
     if read_any { Reason::CannotWait } else { refused }
 }
@@ -296,100 +141,42 @@ pub(crate) fn unfinished(polled: bool, read_any: bool) -> Reason {
     if polled { Reason::RuntimeShutdown } else { cannot_wait(Reason::NoRuntime, read_any) }
 }
 
-/// Whether a `Content-Type` value is one of the configured stream types.
-fn is_stream(config: &Config, value: &HeaderValue) -> bool {
-    let types = &config.stream_types;
-    if types.is_empty() {
-        return false;
+/// Whether a drain that ended with `reason` measured the link: it read
+/// until the body, a budget, or the deadline stopped it, on a connection
+/// past its first response (`warm`). A new connection's drains are in TCP
+/// slow start, at a quarter of the link's rate or less: counted, they would
+/// make the estimate collapse, the byte budget with it, and no connection
+/// would ever be kept to correct it.
+pub(crate) fn samples_throughput(reason: Reason, warm: bool) -> bool {
+    warm && matches!(reason, Reason::EndOfBody | Reason::OverBytes | Reason::OverTime)
+}
+
+/// What a drain that ended with `reason` says to adaptive mode's probes:
+/// `Some(true)` it reached the end, `Some(false)` it gave up (a budget ran
+/// out), `None` nothing: a skip is a decision the estimates made (right, on
+/// a LAN), and probing it would waste the link.
+pub(crate) fn counts_for_probes(reason: Reason) -> Option<bool> {
+    match reason {
+        Reason::EndOfBody => Some(true),
+        Reason::OverTime | Reason::OverBytes => Some(false),
+        _ => None,
     }
-    let media_type = value.as_bytes().split(|&b| b == b';').next().unwrap_or_default().trim_ascii();
-    types.iter().any(|t| t.as_bytes().eq_ignore_ascii_case(media_type))
-}
-
-/// Whether a `Connection` value lists `token` (case-insensitive).
-fn lists(value: &HeaderValue, token: &str) -> bool {
-    value.as_bytes().split(|&b| b == b',').any(|t| t.trim_ascii().eq_ignore_ascii_case(token.as_bytes()))
-}
-
-/// Whether the last coding of a `Transfer-Encoding` value is `chunked`.
-fn last_coding_is_chunked(value: &HeaderValue) -> bool {
-    let codings = value.as_bytes();
-    let last = codings.rsplit(|&b| b == b',').next().unwrap_or_default();
-    last.trim_ascii().eq_ignore_ascii_case(b"chunked")
-}
-
-/// Whether any `Connection` header lists `token`.
-fn has_token(headers: &HeaderMap, token: &str) -> bool {
-    !headers.is_empty() && headers.get_all(CONNECTION).iter().any(|value| lists(value, token))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::shared::Config;
     use std::time::Duration;
 
-    fn inspect(request_close: bool, version: Version, headers: &HeaderMap) -> Option<Reason> {
-        super::inspect(
-            &Config::default(),
-            RequestSays { close: request_close, framing_unknown: false },
-            version,
-            headers,
-            false,
-        )
-    }
-
-    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
-        let mut map = HeaderMap::new();
-        for (name, value) in pairs {
-            map.append(*name, HeaderValue::from_static(value));
-        }
-        map
-    }
-
-    #[test]
-    fn connection_tokens_are_matched_case_insensitively_in_any_header() {
-        let h = headers(&[("connection", "Upgrade"), ("connection", "foo, CLOSE")]);
-        assert_eq!(inspect(false, Version::HTTP_11, &h), Some(Reason::ConnectionClose));
-        let h = headers(&[("connection", "closed"), ("content-length", "3")]);
-        assert_eq!(inspect(false, Version::HTTP_11, &h), None, "'closed' is not 'close'");
-    }
-
-    #[test]
-    fn http10_needs_keep_alive() {
-        let h = headers(&[("content-length", "3")]);
-        assert_eq!(inspect(false, Version::HTTP_10, &h), Some(Reason::ConnectionClose));
-        let h = headers(&[("content-length", "3"), ("connection", "Keep-Alive")]);
-        assert_eq!(inspect(false, Version::HTTP_10, &h), None);
-    }
-
-    #[test]
-    fn framing_decides_close_delimited() {
-        let none = headers(&[]);
-        assert_eq!(inspect(false, Version::HTTP_11, &none), Some(Reason::CloseDelimited));
-        let chunked = headers(&[("transfer-encoding", "gzip, chunked")]);
-        assert_eq!(inspect(false, Version::HTTP_11, &chunked), None);
-        let not_last = headers(&[("transfer-encoding", "chunked, gzip")]);
-        assert_eq!(inspect(false, Version::HTTP_11, &not_last), Some(Reason::CloseDelimited));
-        // hyper ignores Content-Length beside any Transfer-Encoding.
-        let gzip_cl = headers(&[("transfer-encoding", "gzip"), ("content-length", "100")]);
-        assert_eq!(inspect(false, Version::HTTP_11, &gzip_cl), Some(Reason::CloseDelimited));
-        let chunked_cl = headers(&[("transfer-encoding", "chunked"), ("content-length", "100")]);
-        assert_eq!(inspect(false, Version::HTTP_11, &chunked_cl), None);
-    }
-
-    #[test]
-    fn http2_and_request_close_skip() {
-        let h = headers(&[("content-length", "3")]);
-        assert_eq!(inspect(false, Version::HTTP_2, &h), Some(Reason::Http2));
-        assert_eq!(inspect(true, Version::HTTP_11, &h), Some(Reason::ConnectionClose));
-    }
-
     fn shared(max_bytes: u64, max_time: Duration, cap: usize) -> Shared {
-        let config = Config { max_bytes, max_time, max_concurrent_drains: cap, ..Config::default() };
+        let mut config = Config { max_concurrent_drains: cap, ..Config::default() };
+        config.budgets.set_max_bytes(max_bytes);
+        config.budgets.set_max_time(max_time);
         Shared { config, ..Shared::default() }
     }
 
-    fn at(budget: Option<DrainBudget>, remaining: u64) -> AtDrop<'static> {
+    fn at(budget: Option<DrainBudget>, remaining: u64) -> AtDrop {
         AtDrop {
             head: None,
             request_budget: budget,
@@ -400,8 +187,8 @@ mod tests {
         }
     }
 
-    fn skip(d: (Decision, Option<DrainBudget>)) -> Option<Reason> {
-        match d.0 {
+    fn skip(shared: &Shared, at: &AtDrop) -> Option<Reason> {
+        match decide(shared, at, Instant::now()).0 {
             Decision::Skip(r) => Some(r),
             Decision::Drain(..) => None,
         }
@@ -410,130 +197,87 @@ mod tests {
     #[test]
     fn budget_checks_come_in_order() {
         let ms = Duration::from_millis;
-        assert_eq!(skip(decide(&shared(0, ms(50), 1), &at(None, 1))), Some(Reason::Disabled));
-        assert_eq!(skip(decide(&shared(10, ms(0), 1), &at(None, 1))), Some(Reason::Disabled));
-        assert_eq!(skip(decide(&shared(10, ms(50), 0), &at(None, 1))), Some(Reason::Disabled), "cap 0");
+        assert_eq!(skip(&shared(0, ms(50), 1), &at(None, 1)), Some(Reason::Disabled));
+        assert_eq!(skip(&shared(10, ms(0), 1), &at(None, 1)), Some(Reason::Disabled));
+        assert_eq!(skip(&shared(10, ms(50), 0), &at(None, 1)), Some(Reason::Disabled), "cap 0");
+        let mut off = shared(10, ms(50), 1);
+        off.config.enabled = false;
+        let big = Some(DrainBudget::new(1 << 20, Duration::from_secs(1)));
+        assert_eq!(
+            skip(&off, &at(big, 1)),
+            Some(Reason::Disabled),
+            "switched off, whatever the request says"
+        );
         let mut close = at(None, 1);
         close.head = Some(Reason::ConnectionClose);
-        assert_eq!(skip(decide(&shared(10, ms(50), 1), &close)), Some(Reason::ConnectionClose));
-        assert_eq!(skip(decide(&shared(10, ms(50), 1), &at(None, 11))), Some(Reason::DeclaredOverBudget));
+        assert_eq!(skip(&shared(10, ms(50), 1), &close), Some(Reason::ConnectionClose));
+        assert_eq!(skip(&shared(10, ms(50), 1), &at(None, 11)), Some(Reason::DeclaredOverBudget));
         let unwinding = AtDrop { unwinding: true, ..at(None, 10) };
-        assert_eq!(skip(decide(&shared(10, ms(50), 1), &unwinding)), Some(Reason::Unwinding));
+        assert_eq!(skip(&shared(10, ms(50), 1), &unwinding), Some(Reason::Unwinding));
         let over_and_unwinding = AtDrop { unwinding: true, ..at(None, 11) };
         assert_eq!(
-            skip(decide(&shared(10, ms(50), 1), &over_and_unwinding)),
+            skip(&shared(10, ms(50), 1), &over_and_unwinding),
             Some(Reason::DeclaredOverBudget),
             "a drop that would not drain anyway says why"
         );
         let s = shared(10, ms(50), 1);
-        assert!(matches!(decide(&s, &at(None, 10)).0, Decision::Drain(..)), "exactly the budget is drained");
+        assert_eq!(skip(&s, &at(None, 10)), None, "exactly the budget is drained");
         let running = admit(&s).expect("one slot");
         assert!(admit(&s).is_none(), "the cap holds");
-        assert!(
-            matches!(decide(&s, &at(None, 1)).0, Decision::Drain(..)),
-            "the cap is asked only of a drain that has to wait"
-        );
+        assert_eq!(skip(&s, &at(None, 1)), None, "the cap is asked only of a drain that has to wait");
         drop(running);
         assert!(admit(&s).is_some(), "slot freed");
-        match decide(&shared(10, Duration::MAX, 1), &at(None, 1)).0 {
-            Decision::Drain(budget) => {
-                let now = std::time::Instant::now();
-                assert!(crate::budget::Allowance::from_drop(budget, now).deadline.is_none(), "no deadline")
-            }
-            Decision::Skip(r) => panic!("unexpected skip {r:?}"),
-        }
     }
 
     #[test]
-    fn a_body_of_exact_length_still_honours_connection_close_and_http10() {
-        let says = |close| RequestSays { close, framing_unknown: false };
-        let cfg = Config::default();
-        let cl = headers(&[("content-length", "3")]);
-        assert_eq!(super::inspect(&cfg, says(false), Version::HTTP_11, &cl, true), None);
-        assert_eq!(
-            super::inspect(&cfg, says(true), Version::HTTP_11, &cl, true),
-            Some(Reason::ConnectionClose)
-        );
-        assert_eq!(
-            super::inspect(&cfg, says(false), Version::HTTP_10, &cl, true),
-            Some(Reason::ConnectionClose)
-        );
-        let close = headers(&[("content-length", "3"), ("connection", "close")]);
-        assert_eq!(
-            super::inspect(&cfg, says(false), Version::HTTP_11, &close, true),
-            Some(Reason::ConnectionClose)
-        );
-        let keep = headers(&[("content-length", "3"), ("connection", "keep-alive")]);
-        assert_eq!(super::inspect(&cfg, says(false), Version::HTTP_10, &keep, true), None);
-        let sse = headers(&[("content-length", "3"), ("content-type", "text/event-stream")]);
-        assert_eq!(
-            super::inspect(&cfg, says(false), Version::HTTP_11, &sse, true),
-            None,
-            "a known length ends"
-        );
+    fn a_request_budget_replaces_the_layer_budget() {
+        let layer = shared(256 * 1024, Duration::from_millis(50), 1024);
+        let big = Some(DrainBudget::new(1 << 20, Duration::from_secs(1)));
+        assert_eq!(skip(&layer, &at(None, 1 << 19)), Some(Reason::DeclaredOverBudget));
+        assert_eq!(skip(&layer, &at(big, 1 << 19)), None);
+        let off = Some(DrainBudget::disabled());
+        assert_eq!(skip(&layer, &at(off, 1)), Some(Reason::Disabled));
+        let disabled_layer = shared(0, Duration::ZERO, 1024);
+        assert_eq!(skip(&disabled_layer, &at(big, 1)), None, "the request budget wins");
     }
 
-    #[test]
-    fn a_drain_reads_one_frame_past_the_budget_then_gives_up_on_more_data() {
-        let none = SizeHint::new();
-        assert!(matches!(after_frame(10, 10, 10, false, none), Budget::Within), "exactly the budget");
-        assert!(matches!(after_frame(11, 5, 10, false, none), Budget::Crossed));
-        assert!(matches!(after_frame(12, 1, 10, true, none), Budget::Spent), "data after the crossing frame");
-        assert!(matches!(after_frame(11, 0, 10, true, none), Budget::Crossed), "an empty frame is no data");
-        assert!(
-            matches!(after_frame(4, 4, 10, false, SizeHint::with_exact(7)), Budget::Spent),
-            "rest known too long"
-        );
+    /// An adaptive layer whose one origin is measured as `record` says.
+    fn adaptive_origin(record: impl FnOnce(&mut crate::origin::Estimates)) -> (Shared, OriginAt) {
+        let mut layer = Shared::default();
+        layer.config.budgets.set_adaptive();
+        let target = layer.origins.target(&"http://lan.example/".parse().unwrap()).unwrap();
+        let (id, ()) = layer.origins.at_response(&target, record).unwrap();
+        (layer, OriginAt { id, round_trip: None })
     }
 
     #[test]
     fn an_adaptive_budget_of_zero_is_reconnect_cheaper_not_disabled() {
-        let mut layer = shared(256 * 1024, Duration::from_millis(50), 1024);
-        layer.config.adaptive = true;
-        let origin = layer.origins.get(&"http://lan.example/".parse().unwrap()).unwrap();
         // A connection that costs nothing to open, on a measured link.
-        origin.record_connection(Some((false, Duration::ZERO)));
-        origin.record_drain(1 << 20, Duration::from_millis(10), true);
-        let at = AtDrop { origin: Some(&origin), ..at(None, 100) };
-        let (decision, budget) = decide(&layer, &at);
-        assert_eq!(skip((decision, budget)), Some(Reason::ReconnectCheaper));
+        let (layer, origin) = adaptive_origin(|est| {
+            est.record_connection(Some((false, Duration::ZERO)));
+            est.record_drain(1 << 20, Duration::from_millis(10), Instant::now());
+        });
+        let at = AtDrop { origin: Some(origin), ..at(None, 100) };
+        let (decision, budget) = decide(&layer, &at, Instant::now());
+        assert_eq!(decision, Decision::Skip(Reason::ReconnectCheaper));
         assert_eq!(budget.map(|b| b.max_bytes()), Some(0), "decided with a zero budget");
     }
 
     #[test]
-    fn a_drain_waits_on_the_runtime_of_its_response_then_on_the_runtime_of_the_drop() {
-        let id = |r: Result<(Handle, Option<Handle>), Reason>| r.map(|(h, f)| (h.id(), f.map(|f| f.id())));
-        let rt = || tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        let (fetched, current) = (rt(), rt());
-        let (f, c) = (fetched.handle().clone(), current.handle().clone());
-        assert_eq!(id(runtimes(None, None)), Err(Reason::NoRuntime), "no runtime anywhere");
-        assert_eq!(id(runtimes(Some(f.clone()), Some(c.clone()))), Ok((f.id(), Some(c.id()))));
-        assert_eq!(id(runtimes(Some(f.clone()), Some(f.clone()))), Ok((f.id(), None)), "one runtime, once");
-        assert_eq!(id(runtimes(None, Some(c.clone()))), Ok((c.id(), None)), "fetched outside any runtime");
-        assert_eq!(id(runtimes(Some(f.clone()), None)), Ok((f.id(), None)), "dropped on a plain thread");
-        let timerless = tokio::runtime::Builder::new_current_thread().build().unwrap();
-        let t = timerless.handle().clone();
-        assert_eq!(id(runtimes(Some(t.clone()), None)), Ok((t.id(), None)), "no time driver is needed");
-    }
-
-    #[test]
-    fn the_default_time_budget_follows_the_round_trip_between_50_ms_and_1_s() {
-        let ms = Duration::from_millis;
-        let time = |config: &Config, rtt: Option<u64>| default_budget(config, rtt.map(ms)).max_time;
-        let default = Config::default();
-        assert_eq!(time(&default, None), ms(50), "no round trip measured yet: the fixed default");
-        assert_eq!(time(&default, Some(0)), ms(50), "loopback");
-        assert_eq!(time(&default, Some(8)), ms(50), "a LAN: today's 50 ms");
-        // 256 KiB take 5 round trips of slow start on a new connection; one more.
-        assert_eq!(time(&default, Some(20)), ms(120));
-        assert_eq!(time(&default, Some(100)), ms(600));
-        assert_eq!(time(&default, Some(150)), ms(900));
-        assert_eq!(time(&default, Some(400)), ms(1000), "capped");
-        assert_eq!(default_budget(&default, Some(ms(100))).max_bytes, 256 * 1024, "bytes as set");
-        let big = Config { max_bytes: 1 << 20, explicit_bytes: true, ..Config::default() };
-        assert_eq!(time(&big, Some(100)), ms(800), "1 MiB: 7 rounds, and one more");
-        let fixed = Config { max_time: ms(70), explicit_time: true, ..Config::default() };
-        assert_eq!(time(&fixed, Some(100)), ms(70), "an explicit max_time is the budget");
+    fn a_probe_is_spent_only_by_a_drop_that_drains() {
+        let (layer, origin) = adaptive_origin(|est| {
+            est.record_connection(Some((false, Duration::from_millis(200))));
+            for _ in 0..8 {
+                est.record_outcome(false);
+            }
+        });
+        let misses = || layer.origins.with(origin.id, |est| est.misses()).unwrap();
+        let unwinding = AtDrop { origin: Some(origin), unwinding: true, ..at(None, 100) };
+        assert_eq!(decide(&layer, &unwinding, Instant::now()).0, Decision::Skip(Reason::Unwinding));
+        assert_eq!(misses(), 8, "a skipped drop spends no probe");
+        let drains = AtDrop { origin: Some(origin), ..at(None, 100) };
+        assert!(matches!(decide(&layer, &drains, Instant::now()).0, Decision::Drain(_)));
+        assert_eq!(misses(), 0, "the drop that drains spends it");
     }
 
     #[test]
@@ -551,28 +295,10 @@ mod tests {
     }
 
     #[test]
-    fn stream_content_types_match_the_media_type_only() {
-        let h = headers(&[
-            ("content-type", "Text/Event-Stream; charset=utf-8"),
-            ("transfer-encoding", "chunked"),
-        ]);
-        assert_eq!(inspect(false, Version::HTTP_11, &h), Some(Reason::Stream));
-        let h = headers(&[("content-type", "text/event-streamer"), ("transfer-encoding", "chunked")]);
-        assert_eq!(inspect(false, Version::HTTP_11, &h), None);
-        let none = Config { stream_types: std::sync::Arc::from(Vec::new()), ..Config::default() };
-        let h = headers(&[("content-type", "text/event-stream"), ("transfer-encoding", "chunked")]);
-        assert_eq!(super::inspect(&none, RequestSays::default(), Version::HTTP_11, &h, false), None);
-    }
-
-    #[test]
-    fn a_request_budget_replaces_the_layer_budget() {
-        let layer = shared(256 * 1024, Duration::from_millis(50), 1024);
-        let big = Some(DrainBudget::new(1 << 20, Duration::from_secs(1)));
-        assert_eq!(skip(decide(&layer, &at(None, 1 << 19))), Some(Reason::DeclaredOverBudget));
-        assert_eq!(skip(decide(&layer, &at(big, 1 << 19))), None);
-        let off = Some(DrainBudget::disabled());
-        assert_eq!(skip(decide(&layer, &at(off, 1))), Some(Reason::Disabled));
-        let disabled_layer = shared(0, Duration::ZERO, 1024);
-        assert_eq!(skip(decide(&disabled_layer, &at(big, 1))), None, "the request budget wins");
+    fn only_drains_that_read_on_a_warm_connection_sample_the_link() {
+        assert!(samples_throughput(Reason::OverTime, true));
+        assert!(!samples_throughput(Reason::OverTime, false), "slow start");
+        assert!(!samples_throughput(Reason::BodyError, true));
+        assert_eq!(counts_for_probes(Reason::DeclaredOverBudget), None, "skips are decisions, not misses");
     }
 }

@@ -1,16 +1,17 @@
-//! What a response's drain needs from its request, read in `call`.
+//! What a response's drain needs from its request, read in `call`: no lock,
+//! no allocation (but the DEBUG event's origin name, when that event is
+//! enabled).
 
-use std::any::TypeId;
 use std::sync::Arc;
 use std::time::Instant;
 
 use http::Request;
 
 use crate::budget::DrainBudget;
-use crate::origin::Origin;
-use crate::policy::RequestSays;
+use crate::event::{self, Trace};
+use crate::headers::RequestSays;
+use crate::origin::{OriginKey, Target};
 use crate::shared::Shared;
-use crate::stats::Trace;
 
 /// What `call` learns from the request, for its response's body.
 pub(crate) struct RequestInfo {
@@ -21,7 +22,7 @@ pub(crate) struct RequestInfo {
     /// The span and origin for the drop's event, when DEBUG is enabled.
     pub(crate) trace: Option<Box<Trace>>,
     /// The request's origin, whose estimates its drain's budget follows.
-    pub(crate) origin: Option<Arc<Origin>>,
+    pub(crate) target: Option<Target>,
     /// When the request was called: the time to its response head is a
     /// sample of the origin's round trip.
     pub(crate) sent_at: Option<Instant>,
@@ -29,32 +30,32 @@ pub(crate) struct RequestInfo {
 
 impl RequestInfo {
     pub(crate) fn read<B>(shared: &Arc<Shared>, req: &Request<B>) -> Self {
-        let origin = shared.origins.get(req.uri());
-        let trace = tracing::enabled!(target: "drain_on_drop", tracing::Level::DEBUG)
-            .then(|| Trace::capture(origin.as_ref().map(|o| o.key().to_string()).unwrap_or_default()));
+        let target = shared.origins.target(req.uri());
+        let trace = event::debug_enabled().then(|| {
+            Trace::capture(target.as_ref().map(|t| OriginKey::new(t.parts()).to_string()).unwrap_or_default())
+        });
         let extensions = req.extensions();
         RequestInfo {
             shared: Arc::clone(shared),
             says: RequestSays::read(req.headers()),
             budget: if extensions.is_empty() { None } else { extensions.get::<DrainBudget>().copied() },
             trace,
-            origin,
+            target,
             sent_at: Some(Instant::now()),
         }
     }
 
-    /// For a response with a body of type `B` that came without its request
-    /// ([`wrap_response`](crate::DrainOnDropLayer::wrap_response)): framed
-    /// as its headers say only if it is hyper's own body.
-    pub(crate) fn none<B: 'static>(shared: &Arc<Shared>) -> Self {
-        let shared = Arc::clone(shared);
-        let trace = tracing::enabled!(target: "drain_on_drop", tracing::Level::DEBUG)
-            .then(|| Trace::capture(String::new()));
-        let says = if TypeId::of::<B>() == TypeId::of::<hyper::body::Incoming>() {
-            RequestSays::default()
-        } else {
-            RequestSays::unknown()
-        };
-        RequestInfo { shared, says, budget: None, trace, origin: None, sent_at: None }
+    /// For a response that came without its request
+    /// ([`wrap_response`](crate::DrainOnDropLayer::wrap_response)), whose
+    /// body is hyper's own when `hyper_body` (framed as its headers say).
+    pub(crate) fn none(shared: &Arc<Shared>, hyper_body: bool) -> Self {
+        RequestInfo {
+            shared: Arc::clone(shared),
+            says: RequestSays::no_request(hyper_body),
+            budget: None,
+            trace: event::debug_enabled().then(|| Trace::capture(String::new())),
+            target: None,
+            sent_at: None,
+        }
     }
 }

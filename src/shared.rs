@@ -5,10 +5,9 @@
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 
-use crate::budget::DrainBudget;
-use crate::origin::{self, Origins};
+use crate::origin::Origins;
+use crate::sizing;
 use crate::stats::DrainStats;
 
 /// The layer's settings.
@@ -16,47 +15,20 @@ use crate::stats::DrainStats;
 pub(crate) struct Config {
     /// Draining is on (see `DrainOnDropLayer::enabled`).
     pub(crate) enabled: bool,
-    pub(crate) max_bytes: u64,
-    pub(crate) max_time: Duration,
+    /// What one drain may spend, and how that is sized (`sizing.rs`).
+    pub(crate) budgets: sizing::Settings,
     pub(crate) max_concurrent_drains: usize,
     /// Media types (lowercase, no parameters) of open-ended streams.
     pub(crate) stream_types: Arc<[String]>,
-    /// Budgets follow the adaptive estimates (see `origin.rs`).
-    pub(crate) adaptive: bool,
-    /// `max_bytes` / `max_time` were set by the user: they are then the
-    /// budgets (and the ceilings of adaptive mode); otherwise the time
-    /// budget follows the origin's round trip, and adaptive mode has
-    /// ceilings of its own.
-    pub(crate) explicit_bytes: bool,
-    pub(crate) explicit_time: bool,
-}
-
-impl Config {
-    /// The fixed budgets.
-    pub(crate) fn budget(&self) -> DrainBudget {
-        DrainBudget::new(self.max_bytes, self.max_time)
-    }
-
-    /// The most an adaptive drain may spend.
-    pub(crate) fn ceiling(&self) -> DrainBudget {
-        DrainBudget::new(
-            if self.explicit_bytes { self.max_bytes } else { origin::DEFAULT_CEILING_BYTES },
-            if self.explicit_time { self.max_time } else { origin::DEFAULT_CEILING_TIME },
-        )
-    }
 }
 
 impl Default for Config {
     fn default() -> Self {
         Config {
             enabled: true,
-            max_bytes: 256 * 1024,
-            max_time: Duration::from_millis(50),
+            budgets: sizing::Settings::default(),
             max_concurrent_drains: 1024,
             stream_types: Arc::from(vec!["text/event-stream".to_string()]),
-            adaptive: false,
-            explicit_bytes: false,
-            explicit_time: false,
         }
     }
 }
@@ -110,7 +82,7 @@ impl fmt::Debug for Shared {
     /// The settings and counters; origins by number only (their names are
     /// hosts the user may not want in logs).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("DrainOnDrop")
+        f.debug_struct("Shared")
             .field("config", &self.config)
             .field("stats", &self.stats)
             .field("origins", &self.origins.len())

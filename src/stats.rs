@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::budget::DrainBudget;
+use crate::event::Report;
 use crate::outcome::{Outcome, Reason};
 
 /// How often [`DrainStats::wait_idle`] looks at `in_flight`.
@@ -351,81 +351,6 @@ impl Drop for Slot {
         // Release: whoever reads this decrement (Acquire) sees the counts
         // recorded before it.
         self.stats.counters.in_flight.fetch_sub(1, Ordering::Release);
-    }
-}
-
-/// Where an early drop's event belongs: the span current when the request
-/// was called, and the request's origin. Captured only when the DEBUG event
-/// is enabled at that moment.
-pub(crate) struct Trace {
-    pub(crate) span: tracing::Span,
-    /// `scheme://host:port`, never the userinfo.
-    pub(crate) origin: String,
-}
-
-impl Trace {
-    /// The current span, with `origin`.
-    pub(crate) fn capture(origin: String) -> Box<Trace> {
-        Box::new(Trace { span: tracing::Span::current(), origin })
-    }
-}
-
-/// The origin's estimates a drop was decided with, and the budget they gave.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct OriginView {
-    pub(crate) round_trip: Option<Duration>,
-    pub(crate) setup_cost: Option<Duration>,
-    pub(crate) throughput: Option<u64>,
-    pub(crate) budget: DrainBudget,
-}
-
-/// Everything said about one early drop.
-pub(crate) struct Report<'a> {
-    pub(crate) reason: Reason,
-    pub(crate) bytes_drained: u64,
-    pub(crate) caller_read: u64,
-    pub(crate) elapsed: Duration,
-    pub(crate) status: u16,
-    pub(crate) trace: Option<&'a Trace>,
-    pub(crate) origin: Option<OriginView>,
-}
-
-impl Report<'_> {
-    fn emit(&self) {
-        if !tracing::enabled!(target: "drain_on_drop", tracing::Level::DEBUG) {
-            return;
-        }
-        let emit = || {
-            let origin = self.trace.map_or("", |t| t.origin.as_str());
-            let elapsed_us = u64::try_from(self.elapsed.as_micros()).unwrap_or(u64::MAX);
-            let message = match self.reason.outcome() {
-                Outcome::Skipped => "response body dropped early; not drained",
-                _ => "response body dropped early; drain ended",
-            };
-            // `None` values are not recorded: a drop decided without the
-            // origin's estimates has no estimate fields.
-            let a = self.origin;
-            tracing::debug!(
-                target: "drain_on_drop",
-                outcome = self.reason.outcome().as_str(),
-                reason = self.reason.as_str(),
-                origin,
-                status = self.status,
-                caller_read = self.caller_read,
-                bytes_drained = self.bytes_drained,
-                elapsed_us,
-                round_trip_us = a.and_then(|a| a.round_trip).map(|d| d.as_micros() as u64),
-                setup_cost_us = a.and_then(|a| a.setup_cost).map(|d| d.as_micros() as u64),
-                throughput = a.and_then(|a| a.throughput),
-                budget_bytes = a.map(|a| a.budget.max_bytes),
-                budget_time_us = a.map(|a| a.budget.max_time.as_micros() as u64),
-                "{message}"
-            );
-        };
-        match self.trace {
-            Some(trace) => trace.span.in_scope(emit),
-            None => emit(),
-        }
     }
 }
 

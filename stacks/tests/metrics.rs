@@ -1,10 +1,10 @@
-//! The Prometheus export of `examples/stacks/metrics.rs`: one counter family
+//! The Prometheus export of `stacks/examples/metrics.rs`: one counter family
 //! labelled by outcome and reason, every reason present with its count.
 
-#[path = "../support/mod.rs"]
+#[path = "../../tests/support/mod.rs"]
 mod support;
 
-#[path = "../../examples/stacks/metrics.rs"]
+#[path = "../examples/metrics.rs"]
 #[allow(dead_code, unreachable_pub)]
 mod metrics_example;
 

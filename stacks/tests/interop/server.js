@@ -1,4 +1,4 @@
-// Node http.createServer for the interop tests (tests/stacks/interop/main.rs).
+// Node http.createServer for the interop tests (stacks/tests/interop/main.rs).
 //
 //   node server.js [--keep-alive-timeout MS]
 //

@@ -3,7 +3,7 @@
 //! its own: tracing caches each callsite's interest process-wide, and a
 //! thread-local subscriber in one test among many parallel ones can miss it.
 
-#[path = "../support/mod.rs"]
+#[path = "../../tests/support/mod.rs"]
 mod support;
 
 use std::collections::HashMap;

@@ -7,7 +7,7 @@
 //! `cargo test --test integrity` runs 96 sequences (about 3,000 requests);
 //! `DRAIN_PROPTEST_CASES=1000 cargo test --release --test integrity` runs more.
 
-#[path = "../support/mod.rs"]
+#[path = "../../tests/support/mod.rs"]
 mod support;
 
 use std::time::{Duration, Instant};

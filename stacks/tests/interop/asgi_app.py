@@ -1,4 +1,4 @@
-"""uvicorn (h11) + starlette for the interop tests (tests/stacks/interop/main.rs).
+"""uvicorn (h11) + starlette for the interop tests (stacks/tests/interop/main.rs).
 
     python3 asgi_app.py
 

@@ -3,7 +3,7 @@
 //! `drain_on_drop`), and `origins()` says why no estimate exists. A binary
 //! of its own: it installs a process-wide subscriber.
 
-#[path = "../support/mod.rs"]
+#[path = "../../tests/support/mod.rs"]
 mod support;
 
 use std::sync::{Arc, Mutex};

@@ -1,10 +1,10 @@
 //! An axum reverse proxy in front of hyper-util's pooled client, as in
-//! `examples/stacks/proxy.rs`: downstream clients that hang up mid-body cost the
+//! `stacks/examples/proxy.rs`: downstream clients that hang up mid-body cost the
 //! proxy its upstream connection, unless `DrainOnDropLayer` drains the rest of
 //! the upstream body. Connections are counted where they are accepted, at the
 //! upstream server.
 
-#[path = "../support/mod.rs"]
+#[path = "../../tests/support/mod.rs"]
 mod support;
 
 use std::convert::Infallible;
@@ -102,7 +102,7 @@ impl Upstream {
     }
 }
 
-/// The proxy of `examples/stacks/proxy.rs`, generic over the upstream client so that
+/// The proxy of `stacks/examples/proxy.rs`, generic over the upstream client so that
 /// the same code runs with and without the layer (and without the hop-by-hop
 /// header filtering: these clients send none).
 #[derive(Clone)]

@@ -1,10 +1,10 @@
-//! reqwest through `DrainOnDropLayer::wrap_response` (`examples/stacks/reqwest.rs`):
+//! reqwest through `DrainOnDropLayer::wrap_response` (`stacks/examples/reqwest.rs`):
 //! unread bodies keep reqwest's pooled connections.
 
-#[path = "../support/mod.rs"]
+#[path = "../../tests/support/mod.rs"]
 mod support;
 
-#[path = "../../examples/stacks/reqwest.rs"]
+#[path = "../examples/reqwest.rs"]
 #[allow(dead_code, unreachable_pub)]
 mod reqwest_example;
 

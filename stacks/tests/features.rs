@@ -1,7 +1,7 @@
 //! Per-request budgets, stream awareness, skip reasons, the reuse observer,
 //! and tower-http stacks (FollowRedirect, Decompression, Trace).
 
-#[path = "../support/mod.rs"]
+#[path = "../../tests/support/mod.rs"]
 mod support;
 
 use std::convert::Infallible;

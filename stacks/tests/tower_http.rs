@@ -3,7 +3,7 @@
 //! stack"): the hook above the drain still sees the caller's early drops;
 //! the deadline below it still bounds the body the caller reads.
 
-#[path = "../support/mod.rs"]
+#[path = "../../tests/support/mod.rs"]
 mod support;
 
 use std::sync::Arc;

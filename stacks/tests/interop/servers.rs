@@ -25,7 +25,7 @@ use tokio::net::TcpStream;
 /// The directory of this test target's configs and scripts.
 fn interop_dir() -> PathBuf {
     // This file is built by the `stacks` member, from its sibling directory.
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/stacks/interop")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop")
 }
 
 /// Counters read at the server since it started. Cells subtract two readings.

@@ -43,7 +43,7 @@
 //! runtime: they measure connections on a 2-core machine, and the servers
 //! run on the same cores.
 
-#[path = "../../support/mod.rs"]
+#[path = "../../../tests/support/mod.rs"]
 mod support;
 
 mod cells;

@@ -1,0 +1,239 @@
+//! Which origin a request goes to: its scheme, host and port, as the pool
+//! sees them (the default port filled in, never the userinfo), read from
+//! the request target the way hyper reads it.
+
+use std::fmt;
+
+use http::Uri;
+
+/// What a request says about its origin, kept from the request until its
+/// response arrives: the scheme and host copied (into the target itself
+/// when they fit, as almost all do: no allocation, no reference count), the
+/// port, and the origin's hash.
+#[derive(Clone, Debug)]
+pub(crate) struct Target {
+    /// `scheme` then `host`, in `inline` or, when too long, on the heap.
+    inline: [u8; INLINE],
+    heap: Option<Box<[u8]>>,
+    scheme_len: u8,
+    host_len: u16,
+    port: u16,
+    hash: u64,
+}
+
+/// Bytes of scheme and host a target holds without allocating.
+const INLINE: usize = 48;
+
+impl Target {
+    /// `None` for a URI without a host (origin-form, relative).
+    pub(crate) fn of(uri: &Uri, seed: u64) -> Option<Self> {
+        let parts = Parts::split(uri.scheme_str().unwrap_or("http"), uri.authority()?.as_str());
+        Target::copy(parts, seed)
+    }
+
+    fn copy(p: Parts<'_>, seed: u64) -> Option<Self> {
+        let (scheme, host) = (p.scheme, p.host);
+        let (scheme_len, host_len) = (u8::try_from(scheme.len()).ok()?, u16::try_from(host.len()).ok()?);
+        let len = scheme.len() + host.len();
+        let mut inline = [0u8; INLINE];
+        let heap = if len <= INLINE {
+            inline[..scheme.len()].copy_from_slice(scheme);
+            inline[scheme.len()..len].copy_from_slice(host);
+            None
+        } else {
+            Some([scheme, host].concat().into_boxed_slice())
+        };
+        Some(Target { inline, heap, scheme_len, host_len, port: p.port, hash: p.hash(seed) })
+    }
+
+    /// The target's origin, borrowed.
+    pub(crate) fn parts(&self) -> Parts<'_> {
+        let bytes = self.heap.as_deref().unwrap_or(&self.inline);
+        let (scheme, rest) = bytes.split_at(usize::from(self.scheme_len));
+        Parts { scheme, host: &rest[..usize::from(self.host_len)], port: self.port }
+    }
+
+    /// The origin's hash, from the table's seed.
+    pub(crate) fn hash(&self) -> u64 {
+        self.hash
+    }
+}
+
+/// An origin's scheme, host and port, borrowed from a request target (the
+/// scheme and host as the bytes of `str`s `Uri` validated).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Parts<'a> {
+    pub(crate) scheme: &'a [u8],
+    pub(crate) host: &'a [u8],
+    pub(crate) port: u16,
+}
+
+impl<'a> Parts<'a> {
+    /// Splits an authority (which `Uri` validated) by bytes, as
+    /// `Authority::host` and `Authority::port_u16` do, in one pass: they
+    /// would each search it again, and this runs on every response.
+    fn split(scheme: &'a str, authority: &'a str) -> Self {
+        let host_port = match authority.bytes().rposition(|b| b == b'@') {
+            Some(at) => &authority[at + 1..],
+            None => authority,
+        };
+        // The port follows the last ':', unless that ':' is inside an IPv6
+        // literal's brackets; an empty port is the default port.
+        let (host, port) = match host_port.bytes().rposition(|b| b == b':') {
+            Some(colon) if !host_port.as_bytes()[colon..].contains(&b']') => {
+                (&host_port[..colon], port_number(&host_port.as_bytes()[colon + 1..]))
+            }
+            _ => (host_port, None),
+        };
+        let port = port.unwrap_or(if scheme.eq_ignore_ascii_case("https") { 443 } else { 80 });
+        Parts { scheme: scheme.as_bytes(), host: host.as_bytes(), port }
+    }
+
+    /// A hash of the origin, case-insensitive, from `seed` (random per
+    /// table): FNV-1a over the lowercased bytes, a few instructions a byte.
+    /// Not collision resistant, and need not be: the table holds at most
+    /// 256 origins, checks every entry's key, and an origin whose hash
+    /// collides with another's is simply not tracked. SipHash here was half
+    /// the layer's own cost per response (530 of about 1,000 instructions).
+    pub(crate) fn hash(self, seed: u64) -> u64 {
+        const PRIME: u64 = 0x0000_0100_0000_01b3;
+        let mut h = seed ^ 0xcbf2_9ce4_8422_2325;
+        for part in [self.scheme, self.host] {
+            for &b in part {
+                h = (h ^ u64::from(b.to_ascii_lowercase())).wrapping_mul(PRIME);
+            }
+            h = (h ^ 0xff).wrapping_mul(PRIME);
+        }
+        (h ^ u64::from(self.port)).wrapping_mul(PRIME)
+    }
+}
+
+/// A port as hyper reads it (`Uri::port_u16`, which is `str::parse::<u16>`:
+/// an optional `+`, then any number of digits, leading zeros included, up
+/// to 65535), so that the key names the server hyper connects to; `None`
+/// when empty (the default port) or not a port. Written out because
+/// `str::parse` would be most of the lookup's cost.
+fn port_number(digits: &[u8]) -> Option<u16> {
+    let digits = digits.strip_prefix(b"+").unwrap_or(digits);
+    if digits.is_empty() {
+        return None;
+    }
+    digits.iter().try_fold(0u16, |n, &b| {
+        let digit = b.is_ascii_digit().then(|| u16::from(b - b'0'))?;
+        n.checked_mul(10)?.checked_add(digit)
+    })
+}
+
+/// An origin, owned and lowercase: `scheme://host:port`, so
+/// `http://alice:secret@API/` and `http://api:80/` are one origin and no
+/// credential is kept.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct OriginKey {
+    scheme: Box<str>,
+    host: Box<str>,
+    port: u16,
+}
+
+impl OriginKey {
+    pub(crate) fn new(p: Parts<'_>) -> Self {
+        let lower = |b: &[u8]| String::from_utf8_lossy(b).to_ascii_lowercase().into_boxed_str();
+        OriginKey { scheme: lower(p.scheme), host: lower(p.host), port: p.port }
+    }
+
+    pub(crate) fn matches(&self, p: Parts<'_>) -> bool {
+        // The key is lowercase, and so is almost every URI: compare bytes
+        // first.
+        let same =
+            |key: &str, part: &[u8]| key.as_bytes() == part || key.as_bytes().eq_ignore_ascii_case(part);
+        self.port == p.port && same(&self.scheme, p.scheme) && same(&self.host, p.host)
+    }
+}
+
+impl fmt::Display for OriginKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}://{}:{}", self.scheme, self.host, self.port)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parts(uri: &Uri) -> Parts<'_> {
+        Parts::split(uri.scheme_str().unwrap_or("http"), uri.authority().unwrap().as_str())
+    }
+
+    fn key(u: &str) -> OriginKey {
+        OriginKey::new(Target::of(&u.parse().unwrap(), 7).unwrap().parts())
+    }
+
+    #[test]
+    fn parts_split_the_authority_as_uri_does() {
+        let long = format!("http://{}.example/", "Ab".repeat(70));
+        let uris = [
+            "http://api.example/x",
+            "https://api.example/",
+            "HTTPS://API.example:8443/",
+            "http://alice:se:cr@et@api.example:81/",
+            "http://api.example:/",
+            "http://api.example:65535/",
+            "http://api.example:0080/",
+            "http://[::1]/",
+            "http://[::1]:8080/",
+            "http://u:p@[fe80::1%25eth0]:9/",
+            "ws://api.example/",
+            long.as_str(),
+        ];
+        let state = 0x5eed;
+        for u in uris {
+            let uri: Uri = u.parse().unwrap();
+            let p = parts(&uri);
+            let default = if p.scheme.eq_ignore_ascii_case(b"https") { 443 } else { 80 };
+            assert_eq!(
+                (p.host, p.port),
+                (uri.host().unwrap().as_bytes(), uri.port_u16().unwrap_or(default)),
+                "{u}"
+            );
+            let upper: Uri = u.to_ascii_uppercase().replace("%25ETH0", "%25eth0").parse().unwrap();
+            assert_eq!(p.hash(state), parts(&upper).hash(state), "{u}: case-insensitive");
+        }
+        let [a, b] = ["http://a.example/", "http://b.example/"].map(|u| u.parse::<Uri>().unwrap());
+        assert_ne!(parts(&a).hash(state), parts(&b).hash(state));
+    }
+
+    #[test]
+    fn ports_are_read_as_hyper_reads_them() {
+        let mut cases: Vec<String> =
+            ["", "+", "++80", "-0", "+0", "0", "00000000000000080", "+36635", "65535"]
+                .into_iter()
+                .chain(["65536", "99999", "080a", " 80", "8 0", "١٢"])
+                .map(String::from)
+                .collect();
+        cases.extend(
+            (0..70_000u32).step_by(7).flat_map(|n| [n.to_string(), format!("+{n}"), format!("000{n}")]),
+        );
+        for digits in &cases {
+            assert_eq!(port_number(digits.as_bytes()), digits.parse::<u16>().ok(), "{digits:?}");
+        }
+        // And through a URI, as hyper-util's connector reads it.
+        for authority in ["127.0.0.1:+36635", "127.0.0.1:0000036635", "h:+0", "h:", "[::1]:+8080"] {
+            let uri: Uri = format!("http://{authority}/").parse().unwrap();
+            assert_eq!(parts(&uri).port, uri.port_u16().unwrap_or(80), "{authority}");
+        }
+    }
+
+    #[test]
+    fn origin_keys_drop_userinfo_fill_in_the_default_port_and_ignore_case() {
+        assert_eq!(key("http://alice:secret@API.example/x").to_string(), "http://api.example:80");
+        assert_eq!(key("http://alice:secret@api.example/"), key("http://api.example:80/y"));
+        assert_eq!(key("https://api.example/").to_string(), "https://api.example:443");
+        assert_eq!(key("http://[::1]:8080/").to_string(), "http://[::1]:8080");
+        assert!(Target::of(&"/relative".parse().unwrap(), 7).is_none());
+        let long = format!("https://{}.example:8443/", "h".repeat(100));
+        assert_eq!(
+            key(&long).to_string(),
+            format!("https://{}.example:8443", "h".repeat(100)),
+            "on the heap"
+        );
+    }
+}

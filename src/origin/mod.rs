@@ -1,0 +1,102 @@
+//! Origins: which server a request goes to ([`key`]), what the layer has
+//! measured about each ([`estimates`]), and the bounded table that keeps
+//! them ([`table`]). This module measures and hands out plain figures; what
+//! a drain may spend follows from them in `sizing.rs`.
+
+mod estimates;
+mod key;
+mod table;
+
+use std::time::Duration;
+
+pub(crate) use estimates::{Estimates, Probe, RATE_SAMPLES};
+pub(crate) use key::{OriginKey, Target};
+pub(crate) use table::{OriginId, Origins};
+
+use crate::budget::DrainBudget;
+
+/// The response's origin, as its drop needs it: which entry of the table
+/// to record into, and the round trip the default budget follows, read at
+/// the response so that the drop takes no lock for it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct OriginAt {
+    pub(crate) id: OriginId,
+    pub(crate) round_trip: Option<Duration>,
+}
+
+/// Where an origin stands in adaptive mode
+/// ([`DrainOnDropLayer::adaptive`](crate::DrainOnDropLayer::adaptive)):
+/// whether its drops get the adaptive budget, and if not, why.
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Adaptive {
+    /// Adaptive mode is off: the default budget applies.
+    Off,
+    /// Adaptive mode is on, and the origin's setup cost was measured: the
+    /// adaptive budget applies.
+    Measured,
+    /// Adaptive mode is on, but this origin's responses came on connections
+    /// no [`ObserveConnector`](crate::ObserveConnector) opened, so nothing
+    /// measures what a new connection costs: the default budget applies.
+    /// Wrap the client's connector with
+    /// [`DrainOnDropLayer::observe`](crate::DrainOnDropLayer::observe).
+    NoObserver,
+    /// Adaptive mode is on and observed, but no new connection to this
+    /// origin was measured yet: the default budget applies until one is.
+    AwaitingNewConnection,
+}
+
+/// The estimates of one origin at one moment; see
+/// [`DrainOnDropLayer::origins`](crate::DrainOnDropLayer::origins).
+#[non_exhaustive]
+#[derive(Clone, Debug, PartialEq)]
+pub struct OriginSnapshot {
+    /// Whether the adaptive budget applies to this origin, and if not, why.
+    pub adaptive: Adaptive,
+    /// `scheme://host:port`, never the userinfo.
+    pub origin: String,
+    /// Estimated round trip: the shortest time from a request's call to its
+    /// response head among the origin's last 16 responses (a response on a
+    /// new connection includes the connection's setup). `None` before the
+    /// first response.
+    pub round_trip: Option<Duration>,
+    /// Estimated cost of a new connection: the observer's connector time
+    /// (see [`DrainOnDropLayer::adaptive`](crate::DrainOnDropLayer::adaptive)).
+    /// `None` before the first new connection, and without an observer.
+    pub setup_cost: Option<Duration>,
+    /// Estimated link throughput in bytes per second: the highest of the last
+    /// drains' rates, on connections past their first response. `None`
+    /// before such a drain received 16 KiB or more from the link.
+    pub throughput: Option<u64>,
+    /// The budget an early drop of a body the size of the byte budget from
+    /// this origin gets now: the decision threshold. `None` when it does not
+    /// depend on the origin (`max_time` set, so the fixed budgets apply).
+    pub budget: Option<DrainBudget>,
+    /// New connections the observer measured.
+    pub new_connections: u64,
+    /// Responses on reused connections (counted with an observer).
+    pub reused_responses: u64,
+}
+
+impl OriginSnapshot {
+    /// `origin`'s estimates, in adaptive mode when `adaptive`, with the
+    /// budget it gets now.
+    pub(crate) fn new(origin: String, est: &Estimates, adaptive: bool, budget: Option<DrainBudget>) -> Self {
+        let adaptive = match (adaptive, est.setup_cost(), est.unobserved_responses()) {
+            (false, ..) => Adaptive::Off,
+            (true, Some(_), _) => Adaptive::Measured,
+            (true, None, 0) => Adaptive::AwaitingNewConnection,
+            (true, None, _) => Adaptive::NoObserver,
+        };
+        OriginSnapshot {
+            adaptive,
+            origin,
+            round_trip: est.round_trip(),
+            setup_cost: est.setup_cost(),
+            throughput: est.throughput().map(|v| v as u64),
+            budget,
+            new_connections: est.new_connections(),
+            reused_responses: est.reused_responses(),
+        }
+    }
+}

@@ -1,0 +1,175 @@
+//! What the layer does once, when a response head arrives: counts the
+//! observer's tag, records the origin's head time and connection (the one
+//! lock a response takes), reads the headers, and keeps what an early drop
+//! of the body will need ([`DropContext`]). A body read to its end uses
+//! none of it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::Response;
+use http_body::{Body, SizeHint};
+use tokio::runtime::Handle;
+
+use crate::budget::DrainBudget;
+use crate::event::{OriginView, Report, Trace};
+use crate::headers;
+use crate::observe::ConnectionTag;
+use crate::origin::OriginAt;
+use crate::outcome::Reason;
+use crate::policy::AtDrop;
+use crate::request::RequestInfo;
+use crate::shared::Shared;
+
+/// Everything known about a response when its body is dropped early.
+pub(crate) struct DropContext {
+    shared: Arc<Shared>,
+    /// Reason the connection will not be reused whatever we do, from the head.
+    head: Option<Reason>,
+    /// The request's own budget, overriding the layer's.
+    request_budget: Option<DrainBudget>,
+    status: u16,
+    /// The body's size hint when the response arrived: what the drop knows
+    /// of the rest of a body whose code it does not run.
+    declared: SizeHint,
+    /// Data bytes the caller read.
+    caller_read: u64,
+    trace: Option<Box<Trace>>,
+    origin: Option<OriginAt>,
+    /// The response came on a connection that had carried one before (as
+    /// an observer says): its drain is past TCP slow start.
+    warm: bool,
+    /// The runtime the response arrived on, if any: where its drain waits.
+    runtime: Option<Handle>,
+}
+
+/// The response head arrived for `request`: everything the layer does then.
+/// `None` when nothing is left to drain (HEAD, 204, 304,
+/// `Content-Length: 0`): no state, nothing at the drop.
+pub(crate) fn at_response<B: Body>(response: &mut Response<B>, request: RequestInfo) -> Option<DropContext> {
+    let shared = request.shared;
+    let reuse =
+        if shared.stats.is_observed() { ConnectionTag::take(response.extensions_mut()) } else { None };
+    if let Some(conn) = reuse {
+        shared.stats.response(conn.reused);
+    }
+    let observed = reuse.map(|conn| (conn.reused, conn.setup_time));
+    let head_time = request.sent_at.map(|at| at.elapsed());
+    let origin = request.target.as_ref().and_then(|target| {
+        let (id, round_trip) = shared.origins.at_response(target, |est| {
+            if let Some(elapsed) = head_time {
+                est.record_head(elapsed);
+            }
+            est.record_connection(observed);
+            est.round_trip()
+        })?;
+        Some(OriginAt { id, round_trip })
+    });
+    if reuse.is_none() && shared.config.budgets.adaptive() {
+        shared.warn_unobserved_once();
+    }
+    if response.body().is_end_stream() {
+        return None;
+    }
+    let declared = response.body().size_hint();
+    let head = headers::inspect(
+        &shared.config,
+        request.says,
+        response.version(),
+        response.headers(),
+        declared.exact().is_some(),
+    );
+    Some(DropContext {
+        shared,
+        head,
+        request_budget: request.budget,
+        status: response.status().as_u16(),
+        declared,
+        caller_read: 0,
+        trace: request.trace,
+        origin,
+        warm: reuse.is_some_and(|conn| conn.reused),
+        runtime: Handle::try_current().ok(),
+    })
+}
+
+impl DropContext {
+    /// What the policy needs to know at the drop, with what is left of the
+    /// body (`remaining`).
+    pub(crate) fn at_drop(&self, remaining: SizeHint) -> AtDrop {
+        AtDrop {
+            head: self.head,
+            request_budget: self.request_budget,
+            origin: self.origin,
+            remaining,
+            read: self.caller_read,
+            unwinding: std::thread::panicking(),
+        }
+    }
+
+    /// The state of the layer the response came through.
+    pub(crate) fn shared(&self) -> &Shared {
+        &self.shared
+    }
+
+    /// The response's origin.
+    pub(crate) fn origin(&self) -> Option<OriginAt> {
+        self.origin
+    }
+
+    /// The response came on a reused connection (as an observer says).
+    pub(crate) fn warm(&self) -> bool {
+        self.warm
+    }
+
+    /// The runtime the response arrived on, taken by the drain that waits
+    /// there (or falls back elsewhere).
+    pub(crate) fn take_runtime(&mut self) -> Option<Handle> {
+        self.runtime.take()
+    }
+
+    /// The origin's estimates for the drop's DEBUG event, decided with
+    /// `budget`: read (one lock) only when the request found the event
+    /// enabled.
+    pub(crate) fn view(&self, budget: Option<DrainBudget>) -> Option<OriginView> {
+        let (origin, budget, _) = (self.origin?, budget?, self.trace.as_ref()?);
+        self.shared.origins.with(origin.id, |est| OriginView::of(est, budget))
+    }
+
+    /// Counts `n` more data bytes read by the caller.
+    pub(crate) fn caller_read(&mut self, n: u64) {
+        self.caller_read = self.caller_read.saturating_add(n);
+    }
+
+    /// What is left of a body whose code the drop does not run: the size
+    /// hint it had when the response arrived, less what the caller read.
+    pub(crate) fn remaining(&self) -> SizeHint {
+        let read = self.caller_read;
+        let mut rest = SizeHint::new();
+        rest.set_lower(self.declared.lower().saturating_sub(read));
+        if let Some(upper) = self.declared.upper() {
+            rest.set_upper(upper.saturating_sub(read).max(rest.lower()));
+        }
+        rest
+    }
+
+    /// Counts the drop under `reason` and emits its event, with the
+    /// origin's estimates it was decided with (`view`, for the event).
+    pub(crate) fn record(
+        &self,
+        reason: Reason,
+        bytes_drained: u64,
+        elapsed: Duration,
+        view: Option<OriginView>,
+    ) {
+        self.shared.stats.record(&Report {
+            reason,
+            bytes_drained,
+            caller_read: self.caller_read,
+            elapsed,
+            status: self.status,
+            trace: self.trace.as_deref(),
+            origin: view,
+        });
+    }
+}
