@@ -28,6 +28,12 @@ impl RequestSays {
         RequestSays { close: has_token(headers, "close"), framing_trusted: true }
     }
 
+    /// The same, for a response whose body is hyper's own or not
+    /// (`hyper_body`): only hyper's is framed as its headers say.
+    pub(crate) fn for_body(self, hyper_body: bool) -> Self {
+        RequestSays { framing_trusted: hyper_body, ..self }
+    }
+
     /// For a response that came without its request: `hyper_body` whether
     /// its body is hyper's own.
     pub(crate) fn no_request(hyper_body: bool) -> Self {

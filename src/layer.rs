@@ -1,7 +1,8 @@
+use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::Response;
+use http::{Extensions, HeaderMap, Request, Response, Uri};
 use http_body::Body;
 use tower_layer::Layer;
 
@@ -280,8 +281,63 @@ impl DrainOnDropLayer {
         self.shared.origins.snapshot().into_iter().map(snapshot).collect()
     }
 
+    /// Notes a request about to be sent outside the layer (by reqwest, by
+    /// hyper's own `client::conn` connections, by a pool of yours): the
+    /// returned [`Sending`] puts the drain on its response, which then gets
+    /// what the layer's own responses get (the origin's round trip, timed
+    /// from now to the response head; the request's `Connection: close` and
+    /// [`DrainBudget`](crate::DrainBudget); adaptive estimates). The origin
+    /// is the URI's authority, or, for an origin-form URI (`/path`), the
+    /// `Host` header; a request that names neither gets the fixed budgets
+    /// and a WARN event, once per layer. Call it just before sending: the
+    /// time to the head is a round-trip sample.
+    ///
+    /// ```
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    /// # let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    /// # let addr = listener.local_addr()?;
+    /// # tokio::spawn(async move {
+    /// #     let (stream, _) = listener.accept().await.unwrap();
+    /// #     let svc = hyper::service::service_fn(|_| async {
+    /// #         Ok::<_, std::convert::Infallible>(http::Response::new(http_body_util::Full::new(bytes::Bytes::from(vec![0u8; 4096]))))
+    /// #     });
+    /// #     let _ = hyper::server::conn::http1::Builder::new().serve_connection(hyper_util::rt::TokioIo::new(stream), svc).await;
+    /// # });
+    /// use drain_on_drop::DrainOnDropLayer;
+    /// use http_body_util::Empty;
+    /// use hyper::body::Bytes;
+    ///
+    /// let layer = DrainOnDropLayer::new();
+    /// // One of hyper's own HTTP/1 connections (a pool of yours keeps them).
+    /// let io = hyper_util::rt::TokioIo::new(tokio::net::TcpStream::connect(addr).await?);
+    /// let (mut sender, conn) = hyper::client::conn::http1::handshake(io).await?;
+    /// tokio::spawn(conn);
+    /// let req = http::Request::get("/status").header("host", addr.to_string()).body(Empty::<Bytes>::new())?;
+    /// let sending = layer.sending(&req);
+    /// let res = sending.wrap_response(sender.send_request(req).await?);
+    /// drop(res); // dropped unread: drained, and `sender` can send again
+    /// # layer.stats().wait_idle(std::time::Duration::from_secs(5)).await;
+    /// # assert_eq!(layer.stats().snapshot().drained, 1);
+    /// # assert_eq!(layer.origins().len(), 1, "the Host header named the origin");
+    /// # Ok(())
+    /// # }
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(run()).unwrap();
+    /// ```
+    pub fn sending<B>(&self, req: &Request<B>) -> Sending {
+        self.sending_head(req.uri(), req.headers(), req.extensions())
+    }
+
+    /// [`sending`](Self::sending) from the parts of a request's head, for a
+    /// request that is not an `http::Request` (reqwest's: its URL as a
+    /// `Uri`, its headers, and extensions that may hold a
+    /// [`DrainBudget`](crate::DrainBudget)).
+    pub fn sending_head(&self, uri: &Uri, headers: &HeaderMap, extensions: &Extensions) -> Sending {
+        Sending { request: RequestInfo::of_head(&self.shared, uri, headers, extensions) }
+    }
+
     /// Puts the drain on a response that did not come through a service
-    /// built from this layer: one from reqwest, or from hyper's own
+    /// built from this layer, without its request (for a request, see
+    /// [`sending`](Self::sending)): one from reqwest, or from hyper's own
     /// `client::conn::http1` connections in a pool of yours (see
     /// [`recipes`](crate::recipes)). The body is drained on an early drop
     /// with this layer's budgets, rules and counters, minus what only the
@@ -321,6 +377,47 @@ impl DrainOnDropLayer {
         B: Body + Send + 'static,
     {
         DrainBody::wrap(res, RequestInfo::none(&self.shared, policy::runs_in_the_drop::<B>()))
+    }
+}
+
+/// A request about to be sent outside the layer, noted by
+/// [`DrainOnDropLayer::sending`]: give it its response with
+/// [`wrap_response`](Self::wrap_response), and the drain of that response
+/// gets what the layer's own get: the origin's round trip (timed from
+/// `sending` to the response head), the request's `Connection: close` and
+/// [`DrainBudget`](crate::DrainBudget), adaptive estimates, counting and
+/// events.
+///
+/// Dropped without a response (the request failed), it records nothing.
+#[must_use = "a sending request does nothing until its response is wrapped"]
+pub struct Sending {
+    request: RequestInfo,
+}
+
+impl Sending {
+    /// Puts the drain on the response to this request.
+    ///
+    /// hyper's own body (`hyper::body::Incoming`) is framed as its headers
+    /// say, and a close-delimited one is skipped; any other body's headers
+    /// are not trusted to describe the wire framing (reqwest removes
+    /// `Content-Length` from bodies it decompresses), so a body without
+    /// `Content-Length` or chunking is drained within the budgets rather
+    /// than skipped. A response that already carries a drain is passed
+    /// through.
+    pub fn wrap_response<B>(self, res: Response<B>) -> Response<DrainBody<B>>
+    where
+        B: Body + Send + 'static,
+    {
+        let mut request = self.request;
+        request.says = request.says.for_body(policy::runs_in_the_drop::<B>());
+        DrainBody::wrap(res, request)
+    }
+}
+
+impl fmt::Debug for Sending {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Never the origin: it may carry what the user keeps out of logs.
+        f.debug_struct("Sending").finish_non_exhaustive()
     }
 }
 

@@ -360,6 +360,8 @@ mod event;
 pub mod future;
 mod headers;
 mod layer;
+#[cfg(feature = "reqwest-middleware")]
+mod middleware;
 pub mod observe;
 mod origin;
 mod outcome;
@@ -379,7 +381,7 @@ mod timer;
 
 pub use body::DrainBody;
 pub use budget::DrainBudget;
-pub use layer::DrainOnDropLayer;
+pub use layer::{DrainOnDropLayer, Sending};
 pub use observe::{ConnectionReuse, ObserveConnector};
 pub use origin::{Adaptive, OriginSnapshot};
 pub use outcome::{Outcome, Reason};

@@ -245,7 +245,7 @@ mod tests {
     fn adaptive_origin(record: impl FnOnce(&mut crate::origin::Estimates)) -> (Shared, OriginAt) {
         let mut layer = Shared::default();
         layer.config.budgets.set_adaptive();
-        let target = layer.origins.target(&"http://lan.example/".parse().unwrap()).unwrap();
+        let target = layer.origins.target(&"http://lan.example/".parse().unwrap(), &http::HeaderMap::new()).unwrap();
         let (id, ()) = layer.origins.at_response(&target, record).unwrap();
         (layer, OriginAt { id, round_trip: None })
     }

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use http::Request;
+use http::{Extensions, HeaderMap, Request, Uri};
 
 use crate::budget::DrainBudget;
 use crate::event::{self, Trace};
@@ -30,14 +30,21 @@ pub(crate) struct RequestInfo {
 
 impl RequestInfo {
     pub(crate) fn read<B>(shared: &Arc<Shared>, req: &Request<B>) -> Self {
-        let target = shared.origins.target(req.uri());
+        RequestInfo::of_head(shared, req.uri(), req.headers(), req.extensions())
+    }
+
+    /// The same from a request's head, about to be sent now.
+    pub(crate) fn of_head(shared: &Arc<Shared>, uri: &Uri, headers: &HeaderMap, extensions: &Extensions) -> Self {
+        let target = shared.origins.target(uri, headers);
+        if target.is_none() {
+            shared.warn_unknown_origin_once();
+        }
         let trace = event::debug_enabled().then(|| {
             Trace::capture(target.as_ref().map(|t| OriginKey::new(t.parts()).to_string()).unwrap_or_default())
         });
-        let extensions = req.extensions();
         RequestInfo {
             shared: Arc::clone(shared),
-            says: RequestSays::read(req.headers()),
+            says: RequestSays::read(headers),
             budget: if extensions.is_empty() { None } else { extensions.get::<DrainBudget>().copied() },
             trace,
             target,

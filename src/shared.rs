@@ -44,6 +44,8 @@ pub(crate) struct Shared {
     pub(crate) origins: Arc<Origins>,
     /// The warning that adaptive mode has no observer was emitted.
     pub(crate) warned_unobserved: AtomicBool,
+    /// The warning that a request named no origin was emitted.
+    pub(crate) warned_unknown_origin: AtomicBool,
 }
 
 impl Clone for Shared {
@@ -55,6 +57,7 @@ impl Clone for Shared {
             stats: self.stats.clone(),
             origins: self.origins.clone(),
             warned_unobserved: AtomicBool::new(false),
+            warned_unknown_origin: AtomicBool::new(false),
         }
     }
 }
@@ -64,10 +67,7 @@ impl Shared {
     /// opened: says so once per layer, at WARN, since adaptive mode then
     /// silently falls back to the default budget.
     pub(crate) fn warn_unobserved_once(&self) {
-        // A load first: after the warning, no write per response.
-        if !self.warned_unobserved.load(Ordering::Relaxed)
-            && !self.warned_unobserved.swap(true, Ordering::Relaxed)
-        {
+        if once(&self.warned_unobserved) {
             tracing::warn!(
                 target: "drain_on_drop",
                 "adaptive mode without an observer: nothing measures what a new connection costs, so \
@@ -76,6 +76,28 @@ impl Shared {
             );
         }
     }
+}
+
+impl Shared {
+    /// A request named no origin (an origin-form URI without a `Host`
+    /// header): says so once per layer, at WARN, since its drains then get
+    /// the fixed budget rather than one that follows the round trip.
+    pub(crate) fn warn_unknown_origin_once(&self) {
+        if once(&self.warned_unknown_origin) {
+            tracing::warn!(
+                target: "drain_on_drop",
+                "a request named no origin (no authority in its URI, no valid `Host` header): its drains get \
+                 the fixed budget (max_bytes, and max_time or 50 ms), not one that follows the origin's round \
+                 trip; send absolute URIs or a `Host` header (DrainOnDropLayer::origins lists the origins known)"
+            );
+        }
+    }
+}
+
+/// Whether this is the first time `flag` is raised (a load first, so that
+/// after the first time no write happens).
+fn once(flag: &AtomicBool) -> bool {
+    !flag.load(Ordering::Relaxed) && !flag.swap(true, Ordering::Relaxed)
 }
 
 impl fmt::Debug for Shared {

@@ -4,7 +4,9 @@
 
 use std::fmt;
 
-use http::Uri;
+use http::header::HOST;
+use http::uri::Authority;
+use http::{HeaderMap, Uri};
 
 /// What a request says about its origin, kept from the request until its
 /// response arrives: the scheme and host copied (into the target itself
@@ -25,10 +27,21 @@ pub(crate) struct Target {
 const INLINE: usize = 48;
 
 impl Target {
-    /// `None` for a URI without a host (origin-form, relative).
-    pub(crate) fn of(uri: &Uri, seed: u64) -> Option<Self> {
-        let parts = Parts::split(uri.scheme_str().unwrap_or("http"), uri.authority()?.as_str());
-        Target::copy(parts, seed)
+    /// The origin of a request for `uri` with these `headers`, as hyper
+    /// sends it: the URI's authority when it has one (absolute-form, what
+    /// hyper-util's `Client` requires); otherwise, for an origin-form URI
+    /// (`/path`, what hyper's own connections are sent), its `Host` header,
+    /// whose scheme is unknown (shown without one, the port only when the
+    /// header has one). `None` when neither names a host.
+    pub(crate) fn of(uri: &Uri, headers: &HeaderMap, seed: u64) -> Option<Self> {
+        if let Some(authority) = uri.authority() {
+            return Target::copy(Parts::split(uri.scheme_str().unwrap_or("http"), authority.as_str()), seed);
+        }
+        let host = headers.get(HOST)?;
+        // Validated as an authority, as hyper would send it; never a userinfo.
+        let authority = Authority::try_from(host.as_bytes()).ok()?;
+        let parts = Parts::split(uri.scheme_str().unwrap_or(""), authority.as_str());
+        (!parts.host.is_empty()).then(|| Target::copy(parts, seed)).flatten()
     }
 
     fn copy(p: Parts<'_>, seed: u64) -> Option<Self> {
@@ -85,7 +98,12 @@ impl<'a> Parts<'a> {
             }
             _ => (host_port, None),
         };
-        let port = port.unwrap_or(if scheme.eq_ignore_ascii_case("https") { 443 } else { 80 });
+        let default = match scheme {
+            "" => 0, // unknown (a `Host` header without a port, no scheme)
+            s if s.eq_ignore_ascii_case("https") => 443,
+            _ => 80,
+        };
+        let port = port.unwrap_or(default);
         Parts { scheme: scheme.as_bytes(), host: host.as_bytes(), port }
     }
 
@@ -151,7 +169,11 @@ impl OriginKey {
 
 impl fmt::Display for OriginKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}://{}:{}", self.scheme, self.host, self.port)
+        match (self.scheme.is_empty(), self.port) {
+            (false, port) => write!(f, "{}://{}:{port}", self.scheme, self.host),
+            (true, 0) => f.write_str(&self.host),
+            (true, port) => write!(f, "{}:{port}", self.host),
+        }
     }
 }
 
@@ -164,7 +186,7 @@ mod tests {
     }
 
     fn key(u: &str) -> OriginKey {
-        OriginKey::new(Target::of(&u.parse().unwrap(), 7).unwrap().parts())
+        OriginKey::new(Target::of(&u.parse().unwrap(), &HeaderMap::new(), 7).unwrap().parts())
     }
 
     #[test]
@@ -223,12 +245,30 @@ mod tests {
     }
 
     #[test]
+    fn an_origin_form_request_is_keyed_by_its_host_header() {
+        let with_host = |host: &'static str| {
+            let mut headers = HeaderMap::new();
+            headers.insert(HOST, http::HeaderValue::from_static(host));
+            Target::of(&"/path?q".parse().unwrap(), &headers, 7).map(|t| OriginKey::new(t.parts()).to_string())
+        };
+        assert_eq!(with_host("API.example:8443").as_deref(), Some("api.example:8443"));
+        assert_eq!(with_host("api.example").as_deref(), Some("api.example"), "no port, no scheme: neither shown");
+        assert_eq!(with_host("[::1]:+9").as_deref(), Some("[::1]:9"), "the port as hyper reads it");
+        assert_eq!(with_host("bad host").as_deref(), None, "not an authority");
+        assert_eq!(with_host("").as_deref(), None);
+        let mut headers = HeaderMap::new();
+        headers.insert(HOST, http::HeaderValue::from_static("other.example"));
+        let absolute = Target::of(&"http://api.example/".parse().unwrap(), &headers, 7).unwrap();
+        assert_eq!(OriginKey::new(absolute.parts()).to_string(), "http://api.example:80", "the URI wins");
+    }
+
+    #[test]
     fn origin_keys_drop_userinfo_fill_in_the_default_port_and_ignore_case() {
         assert_eq!(key("http://alice:secret@API.example/x").to_string(), "http://api.example:80");
         assert_eq!(key("http://alice:secret@api.example/"), key("http://api.example:80/y"));
         assert_eq!(key("https://api.example/").to_string(), "https://api.example:443");
         assert_eq!(key("http://[::1]:8080/").to_string(), "http://[::1]:8080");
-        assert!(Target::of(&"/relative".parse().unwrap(), 7).is_none());
+        assert!(Target::of(&"/relative".parse().unwrap(), &HeaderMap::new(), 7).is_none());
         let long = format!("https://{}.example:8443/", "h".repeat(100));
         assert_eq!(
             key(&long).to_string(),

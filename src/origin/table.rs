@@ -81,10 +81,11 @@ impl Default for Origins {
 }
 
 impl Origins {
-    /// What `uri` says about its origin, for [`at_response`](Self::at_response)
-    /// (hashed with this table's key); `None` without a host.
-    pub(crate) fn target(&self, uri: &http::Uri) -> Option<Target> {
-        Target::of(uri, self.seed)
+    /// What a request for `uri` with `headers` says about its origin, for
+    /// [`at_response`](Self::at_response) (hashed with this table's seed);
+    /// `None` when it names no host (see `Target::of`).
+    pub(crate) fn target(&self, uri: &http::Uri, headers: &http::HeaderMap) -> Option<Target> {
+        Target::of(uri, headers, self.seed)
     }
 
     fn table(&self) -> MutexGuard<'_, Table> {
@@ -161,7 +162,7 @@ mod tests {
     use std::time::Duration;
 
     fn id(origins: &Origins, u: &str) -> OriginId {
-        origins.at_response(&origins.target(&u.parse().unwrap()).unwrap(), |_| ()).unwrap().0
+        origins.at_response(&origins.target(&u.parse().unwrap(), &http::HeaderMap::new()).unwrap(), |_| ()).unwrap().0
     }
 
     #[test]
@@ -183,7 +184,7 @@ mod tests {
     #[test]
     fn one_origin_however_its_uri_is_written_and_estimates_kept_between_uses() {
         let origins = Origins::default();
-        let target = |u: &str| origins.target(&u.parse().unwrap()).unwrap();
+        let target = |u: &str| origins.target(&u.parse().unwrap(), &http::HeaderMap::new()).unwrap();
         let a = origins.at_response(&target("http://alice:secret@API.example/x"), |e| {
             e.record_head(Duration::from_millis(7));
         });

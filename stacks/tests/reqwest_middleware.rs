@@ -1,0 +1,132 @@
+//! The layer as a `reqwest_middleware::Middleware` (feature
+//! `reqwest-middleware`): call sites unchanged, far origins keep their
+//! connections because the drain's time budget follows the round trip the
+//! middleware times, a `DrainBudget` given with the request applies, and
+//! with reqwest's gzip the byte budget counts inflated bytes.
+
+#[path = "../../tests/support/mod.rs"]
+mod support;
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+use std::time::Duration;
+
+use bytes::Bytes;
+use drain_on_drop::{DrainBudget, DrainOnDropLayer, Reason};
+use http_body_util::Full;
+
+use support::*;
+
+fn client(layer: Option<&DrainOnDropLayer>) -> reqwest_middleware::ClientWithMiddleware {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let builder = reqwest_middleware::ClientBuilder::new(reqwest::Client::new());
+    match layer {
+        Some(layer) => builder.with(layer.clone()).build(),
+        None => builder.build(),
+    }
+}
+
+/// The head `HEAD_AFTER` after the request, 48 KiB with it, the last 16 KiB
+/// `TAIL_AFTER` later: far enough that a fixed 50 ms budget gives every
+/// drain up, near enough that six round trips (the default, here its 1 s
+/// ceiling) leave a second machine's worth of slack.
+const HEAD_AFTER: Duration = Duration::from_millis(200);
+const TAIL_AFTER: Duration = Duration::from_millis(250);
+
+fn far(_: &Head) -> Vec<Step> {
+    vec![
+        Step::Sleep(HEAD_AFTER),
+        Step::Write([cl_head(64 * KIB), body_bytes(3, 48 * KIB)].concat()),
+        Step::Sleep(TAIL_AFTER),
+        Step::Write(body_bytes(3, 64 * KIB)[48 * KIB..].to_vec()),
+    ]
+}
+
+/// Requests through a client with the middleware, bodies dropped unread,
+/// each drain left to end before the next: every one drained, under a
+/// budget that follows the round trip the middleware measured, and the
+/// connections kept; reqwest alone opens one per request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn far_responses_dropped_unread_keep_their_connections_call_sites_unchanged() {
+    const N: usize = 6;
+    let alone = RawServer::start(far).await;
+    let plain = client(None);
+    for _ in 0..N {
+        drop(plain.get(alone.uri("/").to_string()).send().await.unwrap());
+    }
+    let server = RawServer::start(far).await;
+    let layer = DrainOnDropLayer::new();
+    let with = client(Some(&layer));
+    for _ in 0..N {
+        let res = with.get(server.uri("/").to_string()).send().await.unwrap();
+        assert_eq!(res.status(), 200, "reqwest's Response, as before");
+        drop(res);
+        settle(&layer.stats(), Duration::from_secs(1)).await;
+    }
+    let s = layer.stats().snapshot();
+    assert_eq!(s.count(Reason::EndOfBody), N as u64, "every drain reached the end: {s:?}");
+    let origins = layer.origins();
+    assert_eq!(origins.len(), 1, "{origins:?}");
+    let o = &origins[0];
+    assert!(o.round_trip.is_some_and(|rtt| rtt >= HEAD_AFTER), "timed from the middleware to the head: {o:?}");
+    assert_eq!(o.budget.map(|b| b.max_time()), Some(Duration::from_secs(1)), "six round trips, capped: {o:?}");
+    assert_eq!(alone.accepted(), N, "reqwest alone closes every connection whose body was not read");
+    assert_keeps_half("reqwest-middleware, far, 64 KiB unread", server.accepted(), N, 0);
+}
+
+/// A `DrainBudget` given with the request (`with_extension`) applies to its
+/// response: disabled, the early drop is skipped.
+#[tokio::test]
+async fn a_drain_budget_given_with_the_request_applies() {
+    let server = RawServer::start(|_| content_length(1, 64 * KIB)).await;
+    let layer = DrainOnDropLayer::new();
+    let with = client(Some(&layer));
+    let res = with.get(server.uri("/").to_string()).with_extension(DrainBudget::disabled()).send().await.unwrap();
+    drop(res);
+    let s = settle(&layer.stats(), SECONDS).await;
+    assert_eq!(s.count(Reason::Disabled), 1, "{s:?}");
+}
+
+/// A server answering with 1 MiB of text, gzipped by tower-http (a few KiB
+/// on the wire, chunked).
+async fn gzip_server() -> (String, Arc<AtomicUsize>) {
+    let (addr, accepted) = accept_each(|io| {
+        let svc = tower::ServiceBuilder::new()
+            .layer(tower_http::compression::CompressionLayer::new())
+            .service_fn(|_: http::Request<hyper::body::Incoming>| async {
+                let text = "a compressible line of text, repeated\n".repeat(1 << 15).into_bytes();
+                let body = Full::new(Bytes::from(text[..1 << 20].to_vec()));
+                Ok::<_, Infallible>(
+                    http::Response::builder().header("content-type", "text/plain").body(body).unwrap(),
+                )
+            });
+        hyper::server::conn::http1::Builder::new()
+            .serve_connection(io, hyper_util::service::TowerToHyperService::new(svc))
+    })
+    .await;
+    (format!("http://{addr}/"), accepted)
+}
+
+/// With reqwest's gzip on, the middleware sees the inflated body: the byte
+/// budget counts inflated bytes, so a 1 MiB text gzipped to a few KiB is
+/// given up at the default 256 KiB (`over_bytes`), and read to its end
+/// with a 2 MiB budget, its inflated bytes counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_reqwest_gzip_the_byte_budget_counts_inflated_bytes() {
+    for (max_bytes, reason) in [(256 * 1024, Reason::OverBytes), (2 << 20, Reason::EndOfBody)] {
+        let (url, _) = gzip_server().await;
+        let layer = DrainOnDropLayer::new().max_bytes(max_bytes).max_time(SECONDS);
+        let with = client(Some(&layer));
+        let res = with.get(&url).send().await.unwrap();
+        assert!(res.headers().get("content-length").is_none(), "reqwest removes it when it inflates");
+        drop(res);
+        let s = settle(&layer.stats(), SECONDS).await;
+        assert_eq!(s.count(reason), 1, "max_bytes {max_bytes}: {s:?}");
+        if reason == Reason::EndOfBody {
+            assert_eq!(s.bytes_drained, 1 << 20, "the inflated bytes, all of them: {s:?}");
+        } else {
+            assert!(s.bytes_drained > max_bytes, "read past the budget, in inflated bytes: {s:?}");
+        }
+    }
+}
