@@ -8,9 +8,11 @@ use http::Response;
 use http_body::{Body, Frame, SizeHint};
 
 use crate::drain;
+use crate::outcome::Reason;
 use crate::policy::{self, Decision};
 use crate::request::RequestInfo;
 use crate::response::{self, DropContext};
+use crate::sizing;
 
 /// Response body of [`DrainOnDrop`]: forwards every frame of the inner body
 /// unchanged, and when dropped before its end hands the rest to a background
@@ -98,6 +100,18 @@ where
     match decision {
         Decision::Drain(budget) => drain::start(inner, budget, ctx, view),
         Decision::Skip(reason) => {
+            // An HTTP/2 skip resets the stream: paced, unless it cannot wait
+            // (see `http2.rs`); past the pace the body is drained instead,
+            // past its budget. Switched off, the layer is not there.
+            if ctx.http2() && reason != Reason::Disabled {
+                let now = Instant::now();
+                if !policy::reset_is_paced(reason) || at.unwinding {
+                    policy::note_reset(ctx.shared(), ctx.origin(), now);
+                } else if !policy::may_reset(ctx.shared(), ctx.origin(), now) {
+                    let budget = decided_with.unwrap_or_else(|| sizing::fixed(&ctx.shared().config.budgets));
+                    return drain::start_paced(inner, sizing::paced(budget), ctx, view);
+                }
+            }
             drain::drop_for_a_drain(inner);
             ctx.record(reason, 0, Duration::ZERO, view);
         }

@@ -30,6 +30,7 @@ use crate::outcome::Reason;
 use crate::policy;
 use crate::response::DropContext;
 use crate::runtime;
+use crate::sizing;
 use crate::stats::Slot;
 use crate::timer::Deadline;
 
@@ -37,8 +38,34 @@ use crate::timer::Deadline;
 /// first here, as far as it has arrived; then, if it has to wait for the
 /// server (or is another body), on a task, if the cap and a runtime let it.
 /// Never blocks and never waits.
-pub(crate) fn start<B>(body: Pin<Box<B>>, budget: DrainBudget, mut ctx: DropContext, view: Option<OriginView>)
+pub(crate) fn start<B>(body: Pin<Box<B>>, budget: DrainBudget, ctx: DropContext, view: Option<OriginView>)
 where
+    B: Body + Send + 'static,
+{
+    begin(body, budget, ctx, view, false);
+}
+
+/// [`start`] for an HTTP/2 body whose reset its origin's pace refused: the
+/// drain runs within `budget` (`sizing::paced`) and reaching the end counts
+/// `paced_to_end`.
+pub(crate) fn start_paced<B>(
+    body: Pin<Box<B>>,
+    budget: DrainBudget,
+    ctx: DropContext,
+    view: Option<OriginView>,
+) where
+    B: Body + Send + 'static,
+{
+    begin(body, budget, ctx, view, true);
+}
+
+fn begin<B>(
+    body: Pin<Box<B>>,
+    budget: DrainBudget,
+    mut ctx: DropContext,
+    view: Option<OriginView>,
+    paced: bool,
+) where
     B: Body + Send + 'static,
 {
     let fetched = ctx.take_runtime();
@@ -53,13 +80,17 @@ where
         first_wait: None,
         crossed: false,
         polled: false,
+        paced,
+        reset_noted: false,
     };
     if policy::runs_in_the_drop::<B>() {
         // hyper's body does not panic; if it ever did, the drop must not.
         let mut cx = Context::from_waker(Waker::noop());
         match catch_unwind(AssertUnwindSafe(|| drain.poll_drain(&mut cx, None))) {
             Ok(Poll::Pending) => {}
-            Ok(Poll::Ready(reason)) => return drain.finish(reason),
+            // An HTTP/2 drain that gives up here may have to go on instead.
+            Ok(Poll::Ready(reason)) if !drain.go_on_past(reason) => return drain.finish(reason),
+            Ok(Poll::Ready(_)) => {}
             Err(_) => return drain.finish(Reason::BodyPanic),
         }
     }
@@ -154,6 +185,11 @@ struct Drain<B> {
     /// The task ran: dropped without an outcome, it was cancelled rather
     /// than never run (read only then, by `Drop`).
     polled: bool,
+    /// HTTP/2: the drain runs past its budget, its reset refused by its
+    /// origin's pace (see `http2.rs`).
+    paced: bool,
+    /// HTTP/2: the pace let this drain's reset through (and noted it).
+    reset_noted: bool,
 }
 
 impl<B> Drain<B>
@@ -164,15 +200,38 @@ where
     /// until the deadline (the crate's own timer, which needs no time
     /// driver: see `timer.rs`).
     async fn run(&mut self) -> Reason {
-        // Registered with the timer only if the body ever has to wait.
-        let mut deadline = self.allowance.deadline.map(Deadline::at);
-        // A panic of the body ends the drain here, counted, rather than
-        // unwinding into the runtime with the drain left to its `Drop`.
-        poll_fn(|cx| {
-            catch_unwind(AssertUnwindSafe(|| self.poll_drain(cx, deadline.as_mut())))
-                .unwrap_or(Poll::Ready(Reason::BodyPanic))
-        })
-        .await
+        loop {
+            // Registered with the timer only if the body ever has to wait.
+            let mut deadline = self.allowance.deadline.map(Deadline::at);
+            // A panic of the body ends the drain here, counted, rather than
+            // unwinding into the runtime with the drain left to its `Drop`.
+            let reason = poll_fn(|cx| {
+                catch_unwind(AssertUnwindSafe(|| self.poll_drain(cx, deadline.as_mut())))
+                    .unwrap_or(Poll::Ready(Reason::BodyPanic))
+            })
+            .await;
+            if !self.go_on_past(reason) {
+                return reason;
+            }
+        }
+    }
+
+    /// Whether a drain that ended with `reason` goes on, past its budget:
+    /// an HTTP/2 drain that gave up, whose reset its origin's pace refuses
+    /// (see `http2.rs`). Once.
+    fn go_on_past(&mut self, reason: Reason) -> bool {
+        let ctx = &self.ctx;
+        if self.paced || !ctx.http2() || !policy::reset_is_paced(reason) {
+            return false;
+        }
+        if policy::may_reset(ctx.shared(), ctx.origin(), Instant::now()) {
+            self.reset_noted = true;
+            return false;
+        }
+        self.paced = true;
+        let budget = DrainBudget::new(self.allowance.max_bytes, self.allowance.max_time());
+        self.allowance = Allowance::from_drop(sizing::paced(budget), self.allowance.dropped_at);
+        true
     }
 
     /// Reads and discards the frames of the body that are ready, until its
@@ -236,6 +295,10 @@ impl<B> Drain<B> {
         }
         self.recorded = true;
         let elapsed = self.allowance.dropped_at.elapsed();
+        let reason = if self.paced && reason == Reason::EndOfBody { Reason::PacedToEnd } else { reason };
+        if self.ctx.http2() && !self.reset_noted && policy::resets_the_stream(reason) {
+            policy::note_reset(self.ctx.shared(), self.ctx.origin(), Instant::now());
+        }
         self.teach_the_origin(reason);
         self.ctx.record(reason, self.bytes, elapsed, self.view);
         drop(self.slot.take());

@@ -54,7 +54,10 @@ pub(crate) fn inspect(
     exact_length: bool,
 ) -> Option<Reason> {
     if version >= Version::HTTP_2 {
-        return Some(Reason::Http2);
+        // Framed by END_STREAM, with no connection-level headers: only an
+        // open-ended stream is not worth draining.
+        let stream = !exact_length && headers.get_all(CONTENT_TYPE).iter().any(|v| is_stream(config, v));
+        return stream.then_some(Reason::Stream);
     }
     // A body of exact length only needs `Connection`, which most responses
     // lack: look at the names alone first.
@@ -191,9 +194,12 @@ mod tests {
     }
 
     #[test]
-    fn http2_and_request_close_skip() {
+    fn http2_is_framed_and_only_streams_skip() {
         let h = headers(&[("content-length", "3")]);
-        assert_eq!(inspect(false, Version::HTTP_2, &h), Some(Reason::Http2));
+        assert_eq!(inspect(false, Version::HTTP_2, &h), None, "HTTP/2 is drained too");
+        assert_eq!(inspect(true, Version::HTTP_2, &h), None, "no connection-level headers there");
+        let sse = headers(&[("content-type", "text/event-stream")]);
+        assert_eq!(inspect(false, Version::HTTP_2, &sse), Some(Reason::Stream));
         assert_eq!(inspect(true, Version::HTTP_11, &h), Some(Reason::ConnectionClose));
     }
 

@@ -359,6 +359,7 @@ mod drain;
 mod event;
 pub mod future;
 mod headers;
+mod http2;
 mod layer;
 #[cfg(feature = "reqwest-middleware")]
 mod middleware;
@@ -373,6 +374,7 @@ pub mod recipes {}
 mod request;
 mod response;
 mod runtime;
+mod sending;
 mod service;
 mod shared;
 mod sizing;
@@ -381,10 +383,11 @@ mod timer;
 
 pub use body::DrainBody;
 pub use budget::DrainBudget;
-pub use layer::{DrainOnDropLayer, Sending};
+pub use layer::DrainOnDropLayer;
 pub use observe::{ConnectionReuse, ObserveConnector};
 pub use origin::{Adaptive, OriginSnapshot};
 pub use outcome::{Outcome, Reason};
+pub use sending::Sending;
 pub use service::DrainOnDrop;
 pub use stats::{DrainSnapshot, DrainStats, ReuseSnapshot};
 

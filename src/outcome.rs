@@ -84,6 +84,12 @@ macro_rules! reasons {
 reasons! {
     /// The drain read the body to its end.
     EndOfBody = "end_of_body", Drained;
+    /// HTTP/2: the drain's budget ran out (or the body was not to be
+    /// drained), but its origin's connection had sent as many resets as it
+    /// can afford in a second (h2 counts DATA for forgotten reset streams
+    /// against the connection, and past 1,024 fails it), so the drain went
+    /// on past its budget and read the body to its end.
+    PacedToEnd = "paced_to_end", Drained;
 
     /// More than the byte budget would have had to be read.
     OverBytes = "over_bytes", Abandoned;
@@ -108,9 +114,6 @@ reasons! {
     /// A body with neither `Content-Length` nor chunked framing: it ends when
     /// the server closes the connection, which is never pooled.
     CloseDelimited = "close_delimited", Skipped;
-    /// HTTP/2 or later: dropping the body resets one stream, and the
-    /// connection lives on without a drain.
-    Http2 = "http2", Skipped;
     /// The remaining length was known and above the byte budget: not worth a
     /// single read.
     DeclaredOverBudget = "declared_over_budget", Skipped;

@@ -13,6 +13,7 @@ use std::time::Instant;
 use http_body::SizeHint;
 
 use crate::budget::DrainBudget;
+use crate::http2::ResetPace;
 use crate::origin::OriginAt;
 use crate::outcome::Reason;
 use crate::shared::Shared;
@@ -104,6 +105,53 @@ fn with_budget(sized: &sizing::Sized, at: &AtDrop) -> Decision {
     // The cap is not asked here: a body that ends in the drop takes no
     // place under it (see `admit`).
     Decision::Drain(budget)
+}
+
+/// Whether an early drop skipped, or a drain given up, for `reason` is one
+/// the layer chose and could instead drain on: only then is an HTTP/2
+/// reset paced (see `http2.rs`). A drop the user switched off, one made
+/// while unwinding, a drain without a slot or a runtime, and a broken body
+/// are reset as hyper alone would.
+pub(crate) fn reset_is_paced(reason: Reason) -> bool {
+    matches!(
+        reason,
+        Reason::DeclaredOverBudget
+            | Reason::Stream
+            | Reason::ReconnectCheaper
+            | Reason::OverBytes
+            | Reason::OverTime
+    )
+}
+
+/// Whether an HTTP/2 drain that ended with `reason` resets its stream as
+/// its body is dropped: every ending but the body's own end and a body
+/// that broke (reset by the server, or failed).
+pub(crate) fn resets_the_stream(reason: Reason) -> bool {
+    !matches!(reason, Reason::EndOfBody | Reason::PacedToEnd | Reason::BodyError | Reason::BodyPanic)
+}
+
+/// Whether the layer may reset an HTTP/2 stream of `origin` `now`: fewer
+/// than `http2::RESETS_PER_SECOND` went through in the last second (this
+/// one is then noted). Refused, the body is drained on, past its budget
+/// (`sizing::paced`).
+pub(crate) fn may_reset(shared: &Shared, origin: Option<OriginAt>, now: Instant) -> bool {
+    with_pace(shared, origin, |pace| pace.try_reset(now))
+}
+
+/// Notes an HTTP/2 reset the layer cannot defer (a drain without a slot or
+/// a runtime, a drop while unwinding, a broken body): it counts against the
+/// pace all the same.
+pub(crate) fn note_reset(shared: &Shared, origin: Option<OriginAt>, now: Instant) {
+    with_pace(shared, origin, |pace| pace.note(now));
+}
+
+/// Runs `f` on the reset pace of `origin`, or, for a response with no
+/// origin in the table, on the layer's own.
+fn with_pace<R>(shared: &Shared, origin: Option<OriginAt>, mut f: impl FnMut(&mut ResetPace) -> R) -> R {
+    if let Some(r) = origin.and_then(|origin| shared.origins.with(origin.id, |est| f(est.resets()))) {
+        return r;
+    }
+    f(&mut shared.resets_without_origin.lock().unwrap_or_else(|e| e.into_inner()))
 }
 
 /// Whether the drop may run code of a body of type `B`: only of hyper's
@@ -245,7 +293,8 @@ mod tests {
     fn adaptive_origin(record: impl FnOnce(&mut crate::origin::Estimates)) -> (Shared, OriginAt) {
         let mut layer = Shared::default();
         layer.config.budgets.set_adaptive();
-        let target = layer.origins.target(&"http://lan.example/".parse().unwrap(), &http::HeaderMap::new()).unwrap();
+        let target =
+            layer.origins.target(&"http://lan.example/".parse().unwrap(), &http::HeaderMap::new()).unwrap();
         let (id, ()) = layer.origins.at_response(&target, record).unwrap();
         (layer, OriginAt { id, round_trip: None })
     }

@@ -34,7 +34,12 @@ impl RequestInfo {
     }
 
     /// The same from a request's head, about to be sent now.
-    pub(crate) fn of_head(shared: &Arc<Shared>, uri: &Uri, headers: &HeaderMap, extensions: &Extensions) -> Self {
+    pub(crate) fn of_head(
+        shared: &Arc<Shared>,
+        uri: &Uri,
+        headers: &HeaderMap,
+        extensions: &Extensions,
+    ) -> Self {
         let target = shared.origins.target(uri, headers);
         if target.is_none() {
             shared.warn_unknown_origin_once();

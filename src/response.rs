@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::Response;
+use http::{Response, Version};
 use http_body::{Body, SizeHint};
 use tokio::runtime::Handle;
 
@@ -39,6 +39,8 @@ pub(crate) struct DropContext {
     /// The response came on a connection that had carried one before (as
     /// an observer says): its drain is past TCP slow start.
     warm: bool,
+    /// HTTP/2 or later: a drop resets a stream, not the connection.
+    http2: bool,
     /// The runtime the response arrived on, if any: where its drain waits.
     runtime: Option<Handle>,
 }
@@ -89,6 +91,7 @@ pub(crate) fn at_response<B: Body>(response: &mut Response<B>, request: RequestI
         trace: request.trace,
         origin,
         warm: reuse.is_some_and(|conn| conn.reused),
+        http2: response.version() >= Version::HTTP_2,
         runtime: Handle::try_current().ok(),
     })
 }
@@ -105,6 +108,11 @@ impl DropContext {
             read: self.caller_read,
             unwinding: std::thread::panicking(),
         }
+    }
+
+    /// The response is HTTP/2 (or later).
+    pub(crate) fn http2(&self) -> bool {
+        self.http2
     }
 
     /// The state of the layer the response came through.

@@ -3,9 +3,10 @@
 //! policy, the body and the drain read it; the layer builds it.
 
 use std::fmt;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
+use crate::http2::ResetPace;
 use crate::origin::Origins;
 use crate::sizing;
 use crate::stats::DrainStats;
@@ -46,6 +47,8 @@ pub(crate) struct Shared {
     pub(crate) warned_unobserved: AtomicBool,
     /// The warning that a request named no origin was emitted.
     pub(crate) warned_unknown_origin: AtomicBool,
+    /// The pace of HTTP/2 resets of responses with no known origin.
+    pub(crate) resets_without_origin: Mutex<ResetPace>,
 }
 
 impl Clone for Shared {
@@ -58,6 +61,7 @@ impl Clone for Shared {
             origins: self.origins.clone(),
             warned_unobserved: AtomicBool::new(false),
             warned_unknown_origin: AtomicBool::new(false),
+            resets_without_origin: Mutex::default(),
         }
     }
 }

@@ -249,10 +249,15 @@ mod tests {
         let with_host = |host: &'static str| {
             let mut headers = HeaderMap::new();
             headers.insert(HOST, http::HeaderValue::from_static(host));
-            Target::of(&"/path?q".parse().unwrap(), &headers, 7).map(|t| OriginKey::new(t.parts()).to_string())
+            Target::of(&"/path?q".parse().unwrap(), &headers, 7)
+                .map(|t| OriginKey::new(t.parts()).to_string())
         };
         assert_eq!(with_host("API.example:8443").as_deref(), Some("api.example:8443"));
-        assert_eq!(with_host("api.example").as_deref(), Some("api.example"), "no port, no scheme: neither shown");
+        assert_eq!(
+            with_host("api.example").as_deref(),
+            Some("api.example"),
+            "no port, no scheme: neither shown"
+        );
         assert_eq!(with_host("[::1]:+9").as_deref(), Some("[::1]:9"), "the port as hyper reads it");
         assert_eq!(with_host("bad host").as_deref(), None, "not an authority");
         assert_eq!(with_host("").as_deref(), None);

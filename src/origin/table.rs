@@ -162,7 +162,10 @@ mod tests {
     use std::time::Duration;
 
     fn id(origins: &Origins, u: &str) -> OriginId {
-        origins.at_response(&origins.target(&u.parse().unwrap(), &http::HeaderMap::new()).unwrap(), |_| ()).unwrap().0
+        origins
+            .at_response(&origins.target(&u.parse().unwrap(), &http::HeaderMap::new()).unwrap(), |_| ())
+            .unwrap()
+            .0
     }
 
     #[test]

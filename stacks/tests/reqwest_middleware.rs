@@ -69,8 +69,15 @@ async fn far_responses_dropped_unread_keep_their_connections_call_sites_unchange
     let origins = layer.origins();
     assert_eq!(origins.len(), 1, "{origins:?}");
     let o = &origins[0];
-    assert!(o.round_trip.is_some_and(|rtt| rtt >= HEAD_AFTER), "timed from the middleware to the head: {o:?}");
-    assert_eq!(o.budget.map(|b| b.max_time()), Some(Duration::from_secs(1)), "six round trips, capped: {o:?}");
+    assert!(
+        o.round_trip.is_some_and(|rtt| rtt >= HEAD_AFTER),
+        "timed from the middleware to the head: {o:?}"
+    );
+    assert_eq!(
+        o.budget.map(|b| b.max_time()),
+        Some(Duration::from_secs(1)),
+        "six round trips, capped: {o:?}"
+    );
     assert_eq!(alone.accepted(), N, "reqwest alone closes every connection whose body was not read");
     assert_keeps_half("reqwest-middleware, far, 64 KiB unread", server.accepted(), N, 0);
 }
@@ -82,7 +89,8 @@ async fn a_drain_budget_given_with_the_request_applies() {
     let server = RawServer::start(|_| content_length(1, 64 * KIB)).await;
     let layer = DrainOnDropLayer::new();
     let with = client(Some(&layer));
-    let res = with.get(server.uri("/").to_string()).with_extension(DrainBudget::disabled()).send().await.unwrap();
+    let res =
+        with.get(server.uri("/").to_string()).with_extension(DrainBudget::disabled()).send().await.unwrap();
     drop(res);
     let s = settle(&layer.stats(), SECONDS).await;
     assert_eq!(s.count(Reason::Disabled), 1, "{s:?}");

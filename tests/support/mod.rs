@@ -570,3 +570,119 @@ impl Sampler {
         self.thread.join().unwrap()
     }
 }
+
+/// A body of `left` bytes sent as `chunk`-byte frames (each an HTTP/2 DATA
+/// frame of its own), its length known, its end found only by polling past
+/// the last chunk (as hyper's stream bodies: END_STREAM on an empty DATA
+/// frame).
+pub struct Chunks {
+    pub left: usize,
+    pub chunk: usize,
+}
+
+impl http_body::Body for Chunks {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        if self.left == 0 {
+            return Poll::Ready(None);
+        }
+        let n = self.left.min(self.chunk);
+        self.left -= n;
+        Poll::Ready(Some(Ok(http_body::Frame::data(Bytes::from(vec![b'h'; n])))))
+    }
+}
+
+/// Serves HTTP/2 (prior knowledge, or whatever `io` negotiated) on one
+/// connection: every request answered with `len` bytes in 16 KiB frames,
+/// `Content-Length` set.
+pub async fn serve_h2<I>(io: I, len: usize)
+where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    let service = hyper::service::service_fn(move |_req| async move {
+        let res = http::Response::builder()
+            .header("content-length", len)
+            .body(Chunks { left: len, chunk: 16 * KIB })
+            .unwrap();
+        Ok::<_, std::convert::Infallible>(res)
+    });
+    let _ =
+        hyper::server::conn::http2::Builder::new(TokioExecutor::new()).serve_connection(io, service).await;
+}
+
+/// An h2c server on `127.0.0.1:0` (TCP_NODELAY) answering with `len` bytes
+/// in 16 KiB frames; its address and the connections it accepted.
+pub async fn h2c_server(len: usize) -> (SocketAddr, Arc<AtomicUsize>) {
+    accept_each(move |io: TokioIo<TcpStream>| {
+        let _ = io.inner().set_nodelay(true);
+        serve_h2(io, len)
+    })
+    .await
+}
+
+/// What a run of [`h2_traffic`] saw.
+#[derive(Debug, Default)]
+pub struct H2Run {
+    pub sent: usize,
+    pub failed: usize,
+    /// Requests that failed because the client's own connection gave up
+    /// with GOAWAY `too_many_internal_resets`.
+    pub too_many_resets: usize,
+    pub first_error: Option<String>,
+}
+
+/// `callers` tasks sharing `svc` send GETs for `uri` until `requests` were
+/// sent (or, with `until_too_many_resets`, until the first request lost to
+/// `too_many_internal_resets`), each response dropped right after its head.
+pub async fn h2_traffic<S, B>(
+    svc: S,
+    uri: Uri,
+    callers: usize,
+    requests: usize,
+    until_too_many_resets: bool,
+) -> H2Run
+where
+    S: Service<http::Request<Empty<Bytes>>, Response = http::Response<B>> + Clone + Send + 'static,
+    S::Future: Send,
+    S::Error: std::fmt::Debug + Send,
+    B: Send + 'static,
+{
+    let tickets = Arc::new(AtomicUsize::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let run = Arc::new(std::sync::Mutex::new(H2Run::default()));
+    let mut tasks = Vec::new();
+    for _ in 0..callers {
+        let (mut svc, uri, tickets, stop, run) =
+            (svc.clone(), uri.clone(), tickets.clone(), stop.clone(), run.clone());
+        tasks.push(tokio::spawn(async move {
+            while !stop.load(Ordering::SeqCst) && tickets.fetch_add(1, Ordering::SeqCst) < requests {
+                let result = match svc.ready().await {
+                    Ok(ready) => ready.call(get(uri.clone())).await,
+                    Err(e) => Err(e),
+                };
+                let mut run = run.lock().unwrap();
+                run.sent += 1;
+                if let Err(e) = result {
+                    let e = format!("{e:?}");
+                    run.failed += 1;
+                    if e.contains("too_many_internal_resets") {
+                        run.too_many_resets += 1;
+                        if until_too_many_resets {
+                            stop.store(true, Ordering::SeqCst);
+                        }
+                    }
+                    run.first_error.get_or_insert(e);
+                }
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    Arc::try_unwrap(run).unwrap().into_inner().unwrap()
+}

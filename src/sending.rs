@@ -1,0 +1,56 @@
+//! [`Sending`]: a request sent outside the layer, whose response gets the
+//! layer's drain (see `DrainOnDropLayer::sending`).
+
+use std::fmt;
+
+use http::Response;
+use http_body::Body;
+
+use crate::body::DrainBody;
+use crate::policy;
+use crate::request::RequestInfo;
+
+/// A request about to be sent outside the layer, noted by
+/// [`DrainOnDropLayer::sending`](crate::DrainOnDropLayer::sending): give it its response with
+/// [`wrap_response`](Self::wrap_response), and the drain of that response
+/// gets what the layer's own get: the origin's round trip (timed from
+/// `sending` to the response head), the request's `Connection: close` and
+/// [`DrainBudget`](crate::DrainBudget), adaptive estimates, counting and
+/// events.
+///
+/// Dropped without a response (the request failed), it records nothing.
+#[must_use = "a sending request does nothing until its response is wrapped"]
+pub struct Sending {
+    request: RequestInfo,
+}
+
+impl Sending {
+    pub(crate) fn new(request: RequestInfo) -> Self {
+        Sending { request }
+    }
+
+    /// Puts the drain on the response to this request.
+    ///
+    /// hyper's own body (`hyper::body::Incoming`) is framed as its headers
+    /// say, and a close-delimited one is skipped; any other body's headers
+    /// are not trusted to describe the wire framing (reqwest removes
+    /// `Content-Length` from bodies it decompresses), so a body without
+    /// `Content-Length` or chunking is drained within the budgets rather
+    /// than skipped. A response that already carries a drain is passed
+    /// through.
+    pub fn wrap_response<B>(self, res: Response<B>) -> Response<DrainBody<B>>
+    where
+        B: Body + Send + 'static,
+    {
+        let mut request = self.request;
+        request.says = request.says.for_body(policy::runs_in_the_drop::<B>());
+        DrainBody::wrap(res, request)
+    }
+}
+
+impl fmt::Debug for Sending {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Never the origin: it may carry what the user keeps out of logs.
+        f.debug_struct("Sending").finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,110 @@
+//! HTTP/2 over TLS, negotiated with ALPN (what most HTTPS APIs speak, and
+//! reqwest's default over TLS): hyper-util's client alone loses requests to
+//! its own GOAWAY `too_many_internal_resets` when 16 callers drop 1 MiB
+//! bodies after their heads; through the layer, none, on one connection.
+
+#[path = "../../tests/support/mod.rs"]
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use bytes::Bytes;
+use drain_on_drop::{DrainOnDropLayer, Outcome};
+use http_body_util::Empty;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
+use tower::ServiceBuilder;
+
+use support::*;
+
+/// A TLS server for `localhost` offering only `h2` by ALPN, answering with
+/// 1 MiB in 16 KiB frames; its port, the client's TLS configuration that
+/// trusts it, and the connections accepted.
+async fn h2_tls_server() -> (u16, rustls::ClientConfig, Arc<std::sync::atomic::AtomicUsize>) {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let key = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    let cert = key.cert.der().clone();
+    let private = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.signing_key.serialize_der()));
+    let mut server = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![cert.clone()], private)
+        .unwrap();
+    server.alpn_protocols = vec![b"h2".to_vec()];
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server));
+    let (addr, accepted) = accept_each(move |io: hyper_util::rt::TokioIo<tokio::net::TcpStream>| {
+        let acceptor = acceptor.clone();
+        async move {
+            let tcp = io.into_inner();
+            let _ = tcp.set_nodelay(true);
+            if let Ok(tls) = acceptor.accept(tcp).await {
+                serve_h2(hyper_util::rt::TokioIo::new(tls), MIB).await;
+            }
+        }
+    })
+    .await;
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(cert).unwrap();
+    let client = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    (addr.port(), client, accepted)
+}
+
+/// hyper-util's pooled client over rustls, offering h2 and HTTP/1.1 by ALPN
+/// (the server takes h2).
+fn client(tls: rustls::ClientConfig) -> Client<hyper_rustls::HttpsConnector<HttpConnector>, Empty<Bytes>> {
+    let mut http = HttpConnector::new();
+    http.set_nodelay(true);
+    http.enforce_http(false);
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_only()
+        .enable_all_versions()
+        .wrap_connector(http);
+    Client::builder(TokioExecutor::new()).build(https)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_tls_with_alpn_h2_early_drops_cost_no_request_with_the_layer() {
+    // The control: hyper-util alone.
+    let (port, tls, _) = h2_tls_server().await;
+    let uri: http::Uri = format!("https://localhost:{port}/").parse().unwrap();
+    let alone = h2_traffic(client(tls), uri, 16, 20_000, true).await;
+    assert!(
+        alone.too_many_resets > 0,
+        "hyper-util alone over TLS should lose a request to its GOAWAY: {alone:?}"
+    );
+
+    // The layer: the same traffic.
+    const N: usize = 1_500;
+    let (port, tls, accepted) = h2_tls_server().await;
+    let uri: http::Uri = format!("https://localhost:{port}/").parse().unwrap();
+    let layer = DrainOnDropLayer::new();
+    let mut svc = ServiceBuilder::new().layer(layer.clone()).service(client(tls));
+    // One request first: until a connection has negotiated h2, hyper-util
+    // dials one per concurrent request (alone or not).
+    let res = tower::ServiceExt::ready(&mut svc).await.unwrap();
+    let res = tower::Service::call(res, get(uri.clone())).await.unwrap();
+    assert_eq!(res.version(), http::Version::HTTP_2, "ALPN chose h2");
+    read_all(res.into_body()).await.unwrap();
+    let run = h2_traffic(svc, uri, 16, N, false).await;
+    assert_eq!((run.sent, run.failed), (N, 0), "{run:?}");
+    assert_eq!(accepted.load(Ordering::SeqCst), 1, "one connection: {run:?}");
+    let stats = layer.stats();
+    assert!(stats.wait_idle(SECONDS).await, "{stats:?}");
+    let s = stats.snapshot();
+    assert_eq!(
+        s.drained + s.abandoned + s.skipped + s.failed,
+        N as u64,
+        "each drop counted once (the first was read): {s:?}"
+    );
+    assert_eq!(s.total(Outcome::Failed), 0, "{s:?}");
+    println!("over TLS: hyper-util alone {alone:?}; with the layer {s:?}");
+}
