@@ -10,13 +10,16 @@ cd "$(dirname "$0")/.."
 fail() { echo "examples: $*" >&2; exit 1; }
 
 # run NAME PATTERN...: runs the example and checks that its output has a
-# line matching each (extended) regular expression.
+# line matching each (extended) regular expression. FEATURES, when set, is
+# passed to cargo as `--features` (with `-p drain-on-drop-stacks`).
 run() {
     local name=$1
     shift
-    echo "examples: cargo run --example $name"
+    local features=()
+    [ -z "${FEATURES:-}" ] || features=(-p drain-on-drop-stacks --features "$FEATURES")
+    echo "examples: cargo run ${features[*]} --example $name"
     local out
-    out=$(timeout 300 cargo run --quiet --example "$name") || fail "$name: exit status $?"
+    out=$(timeout 300 cargo run --quiet "${features[@]}" --example "$name") || fail "$name: exit status $?"
     printf '%s\n' "$out" | sed 's/^/    /'
     local pattern
     for pattern in "$@"; do
@@ -36,4 +39,12 @@ run proxy \
 run reqwest '^20 requests on [1-4] connections; 19 bodies drained, 0 skipped$'
 # The recommended tower stack: redirects, retries, decompression above the drain.
 run stack '^21 HTTP requests on [1-4] connections; early drops: 16 drained, 0 abandoned, 0 skipped, 0 failed'
+# The roads users take to a far origin (issue 29): each keeps its
+# connections with the default budgets (at most 4 for 30 requests; 30
+# without the layer), and shows the origin's round trip.
+roads=()
+for road in "reqwest-middleware" "reqwest \+ sending\(\)" "hyper conn::http1 pool, origin-form" "hyper-util pool::cache, origin-form"; do
+    roads+=("^  $road +30 / [1-4] +connections; origin [^,]+, round trip [0-9]+ ms, time budget [0-9]+ ms; 30 drained")
+done
+FEATURES=reqwest-middleware run roads "${roads[@]}"
 echo "examples: every example runs and prints what it should"

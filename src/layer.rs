@@ -6,6 +6,7 @@ use http_body::Body;
 use tower_layer::Layer;
 
 use crate::body::DrainBody;
+use crate::conn::Http1Sender;
 use crate::observe::ObserveConnector;
 use crate::origin::{Estimates, OriginSnapshot};
 use crate::policy;
@@ -325,6 +326,32 @@ impl DrainOnDropLayer {
     /// ```
     pub fn sending<B>(&self, req: &Request<B>) -> Sending {
         self.sending_head(req.uri(), req.headers(), req.extensions())
+    }
+
+    /// One of hyper's own HTTP/1 connections as a tower `Service` whose
+    /// responses carry this layer's drain: see [`Http1Sender`]. For a pool
+    /// of yours, or hyper-util's `client::pool::cache`.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    /// use drain_on_drop::DrainOnDropLayer;
+    /// use http_body_util::Empty;
+    /// use hyper::body::Bytes;
+    /// use tower::{Service, ServiceExt};
+    ///
+    /// let layer = DrainOnDropLayer::new();
+    /// let io = hyper_util::rt::TokioIo::new(tokio::net::TcpStream::connect("127.0.0.1:8080").await?);
+    /// let (sender, conn) = hyper::client::conn::http1::handshake::<_, Empty<Bytes>>(io).await?;
+    /// tokio::spawn(conn);
+    /// let mut svc = layer.http1_sender(sender);
+    /// let req = http::Request::get("/health").header("host", "127.0.0.1:8080").body(Empty::new())?;
+    /// let res = svc.ready().await?.call(req).await?;
+    /// drop(res); // drained; `svc` is ready again once it is
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn http1_sender<B>(&self, sender: hyper::client::conn::http1::SendRequest<B>) -> Http1Sender<B> {
+        Http1Sender::new(sender, self.clone())
     }
 
     /// [`sending`](Self::sending) from the parts of a request's head, for a

@@ -355,6 +355,7 @@
 //   `observe`: the connector wrapper; `shared`: what a layer's pieces share.
 mod body;
 mod budget;
+mod conn;
 mod drain;
 mod event;
 pub mod future;
@@ -383,6 +384,7 @@ mod timer;
 
 pub use body::DrainBody;
 pub use budget::DrainBudget;
+pub use conn::Http1Sender;
 pub use layer::DrainOnDropLayer;
 pub use observe::{ConnectionReuse, ObserveConnector};
 pub use origin::{Adaptive, OriginSnapshot};

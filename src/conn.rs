@@ -1,0 +1,80 @@
+//! hyper's own HTTP/1 connections with the drain: [`Http1Sender`], a tower
+//! `Service` over `hyper::client::conn::http1::SendRequest` whose
+//! responses come back with the layer's drain, for a pool of yours or
+//! hyper-util's `client::pool::cache` (which wants a `Service` per
+//! connection).
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use http::{Request, Response};
+use hyper::body::Incoming;
+use hyper::client::conn::http1::SendRequest;
+use tower_service::Service;
+
+use crate::body::DrainBody;
+use crate::layer::DrainOnDropLayer;
+
+/// One of hyper's HTTP/1 connections (`client::conn::http1::SendRequest`)
+/// as a tower `Service`, each response with the drain of the layer that
+/// made it ([`DrainOnDropLayer::http1_sender`]): a body dropped early is
+/// drained and the connection can send the next request. Requests may be
+/// origin-form (`/path` with a `Host` header, as such connections are
+/// sent): the origin is then the `Host` header, whose round trip the
+/// drain's time budget follows (see [`DrainOnDropLayer::sending`]).
+///
+/// `poll_ready` is the connection's: ready when it can send (the previous
+/// response's body read to its end, or drained).
+pub struct Http1Sender<B> {
+    sender: SendRequest<B>,
+    layer: DrainOnDropLayer,
+}
+
+impl<B> Http1Sender<B> {
+    pub(crate) fn new(sender: SendRequest<B>, layer: DrainOnDropLayer) -> Self {
+        Http1Sender { sender, layer }
+    }
+
+    /// The connection.
+    pub fn get_ref(&self) -> &SendRequest<B> {
+        &self.sender
+    }
+
+    /// The connection, mutably.
+    pub fn get_mut(&mut self) -> &mut SendRequest<B> {
+        &mut self.sender
+    }
+
+    /// Unwraps the connection.
+    pub fn into_inner(self) -> SendRequest<B> {
+        self.sender
+    }
+}
+
+impl<B> fmt::Debug for Http1Sender<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Http1Sender").field("layer", &self.layer).finish_non_exhaustive()
+    }
+}
+
+impl<B> Service<Request<B>> for Http1Sender<B>
+where
+    B: http_body::Body + Send + 'static,
+{
+    type Response = Response<DrainBody<Incoming>>;
+    type Error = hyper::Error;
+    /// Boxed: hyper's `send_request` future cannot be named.
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, hyper::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), hyper::Error>> {
+        self.sender.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<B>) -> Self::Future {
+        let sending = self.layer.sending(&req);
+        let response = self.sender.send_request(req);
+        Box::pin(async move { Ok(sending.wrap_response(response.await?)) })
+    }
+}
