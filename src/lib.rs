@@ -52,11 +52,15 @@
 //! start; reading every body: 3.9 s). Go's net/http drains such bodies since 1.27 (256 KiB, 50 ms);
 //! .NET has `MaxResponseDrainSize` and `ResponseDrainTimeout`.
 //!
+//! **HTTP/2 needs it too**, for another reason: hyper's h2 client resets
+//! the stream of a dropped body, forgets reset streams after 50 or 1 s, and
+//! counts the DATA still arriving for a forgotten one against the
+//! connection; past 1,024 it sends GOAWAY `too_many_internal_resets` and
+//! every request in flight on the connection fails (hyperium/h2#856). See
+//! [HTTP/2](#http2).
+//!
 //! # When you do not need it
 //!
-//! - **HTTP/2**: dropping a body resets one stream and the connection lives
-//!   on; the layer passes HTTP/2 responses through (counted as skipped,
-//!   `http2`).
 //! - **Bodies you always read to the end**: nothing is left to drain (the
 //!   layer costs one allocation and a few reference counts per response).
 //! - **`Connection: close`** on the request or the response, or a server
@@ -71,8 +75,7 @@
 //! 1. **Decide.** No drain when draining is disabled, when the request or
 //!    response says `Connection: close` (or an HTTP/1.0 response lacks
 //!    keep-alive), when the body is close-delimited (no length, not chunked:
-//!    it ends only when the server closes), when the response is HTTP/2 or
-//!    later (hyper resets the stream and the connection lives on), when the
+//!    it ends only when the server closes), when the
 //!    content type is an open-ended stream, when the remaining length is
 //!    known and exceeds the byte budget, or when the thread is unwinding
 //!    from a panic. The inner body is then dropped at once, as hyper alone
@@ -161,6 +164,34 @@
 //! (default 256 KiB). The cost of the longer budget: a far server that
 //! stalls holds its connection (and a task) up to that long before it is
 //! closed.
+//!
+//! # HTTP/2
+//!
+//! HTTP/2 responses are drained like HTTP/1 ones, under the same budgets:
+//! a drained body's stream ends normally, so no reset is sent and no late
+//! frame can count against the connection; what has arrived of hyper's
+//! body is read in the drop itself. A drain holds one stream, never the
+//! connection, and the time budget bounds how long it does.
+//!
+//! Every reset the layer would cause (a body over the byte budget, an
+//! open-ended stream, a drain that runs out of budget) is **paced**: at
+//! most 25 per origin in any second, half of what h2 remembers. Past that
+//! pace the body is drained instead, past its budget, to its end (counted
+//! `paced_to_end`, drained), for at most 30 s. So a client that drops many
+//! large bodies a second reads most of them, as if it read them itself;
+//! its requests wait for streams as they would then (the server's
+//! `SETTINGS_MAX_CONCURRENT_STREAMS` bounds the streams drains and callers
+//! hold together). Measured (`cargo bench --bench http2`, docs/BENCHMARKS.md
+//! section 9): 5,000 requests of 1 MiB dropped after their heads by 16
+//! callers lose 150–170 requests and 11 connections with hyper-util alone,
+//! and none, on one connection, with the layer.
+//!
+//! On top of the layer, `http2_max_concurrent_reset_streams(10_000)` on
+//! hyper-util's client builder lets h2 remember more reset streams, so that
+//! even resets the layer cannot defer (a request cancelled before its
+//! head) cost nothing; it is not needed with the layer. The layer assumes
+//! hyper's own HTTP/2 settings and cannot see a connection's: several
+//! layers over one client pace separately.
 //!
 //! # Per request, per stream, per connection
 //!
