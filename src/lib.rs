@@ -3,7 +3,7 @@
 //!
 //! ```toml
 //! [dependencies]
-//! drain-on-drop = "0.4"
+//! drain-on-drop = "0.5"
 //! http = "1"
 //! http-body-util = "0.1"
 //! hyper = "1"
