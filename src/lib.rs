@@ -1,5 +1,6 @@
 //! Drain response bodies that callers drop early, so hyper-util's pool keeps
-//! the HTTP/1 connection.
+//! the HTTP/1 connection, and an HTTP/2 connection never gives up on the
+//! resets early drops cause.
 //!
 //! ```toml
 //! [dependencies]
