@@ -15,7 +15,11 @@
 //! - hyper-util alone: the bare client, bodies dropped;
 //! - default: `DrainOnDropLayer::new()`, nothing set;
 //! - adaptive: `DrainOnDropLayer::new().adaptive()`, its observer around the
-//!   TLS connector.
+//!   TLS connector;
+//! - Go 1.27.3 net/http: `benches/go/goclient` (built by `bash
+//!   benches/go.sh`; skipped when not built), a process of its own against
+//!   the same server, proxy and link, closing each body unread (Go's own
+//!   drain, 256 KiB within 50 ms); connections as the server counted them.
 //!
 //! Targets (issue 19), at RTT 100 and 150 ms for every size and at RTT 20 ms
 //! for 256 KiB: default and adaptive open at most read-to-end's connections
@@ -25,10 +29,12 @@
 
 mod common;
 
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::args::Args;
 use common::client::{BenchClient, Kind, Read};
+use common::go;
 use common::proxy::LinkConfig;
 use common::run::{Case, Outcome, Runtimes, measure_rounds, sequential_on};
 use common::server::{Endpoint, Framing, Net};
@@ -47,10 +53,13 @@ enum Policy {
     HyperAlone,
     Default,
     Adaptive,
+    /// The Go client, measured when built.
+    Go,
 }
 
 impl Policy {
-    const ALL: [Policy; 4] = [Policy::ReadToEnd, Policy::HyperAlone, Policy::Default, Policy::Adaptive];
+    /// The Rust clients, which every run measures.
+    const RUST: [Policy; 4] = [Policy::ReadToEnd, Policy::HyperAlone, Policy::Default, Policy::Adaptive];
 
     fn label(self) -> &'static str {
         match self {
@@ -58,35 +67,20 @@ impl Policy {
             Policy::HyperAlone => "hyper-util alone",
             Policy::Default => "default",
             Policy::Adaptive => "adaptive + observer",
+            Policy::Go => "Go 1.27.3 net/http",
         }
     }
 
-    fn client(self, net: &Net) -> BenchClient {
+    /// The Rust client of the policy, `None` for Go's.
+    fn client(self, net: &Net) -> Option<BenchClient> {
         let (kind, layer) = match self {
             Policy::ReadToEnd => (Kind::ReadToEnd, None),
             Policy::HyperAlone => (Kind::HyperAlone, None),
             Policy::Default => (Kind::Layer, Some(DrainOnDropLayer::new())),
             Policy::Adaptive => (Kind::Layer, Some(DrainOnDropLayer::new().adaptive())),
+            Policy::Go => return None,
         };
-        BenchClient::observed(kind, layer, net)
-    }
-
-    /// Go 1.27.3's figures from the issue (their proxy, same link model, 30
-    /// requests, medians of 3): ms and connections.
-    fn go(self, rtt_ms: u128, kib: usize) -> Option<(u32, u32)> {
-        if self != Policy::HyperAlone {
-            return None;
-        }
-        match (rtt_ms, kib) {
-            (20, 16) => Some((740, 3)),
-            (20, 64) => Some((780, 3)),
-            (20, 256) => Some((2170, 30)),
-            (100, 16) => Some((9190, 30)),
-            (100, 64) => Some((9210, 30)),
-            (100, 256) => Some((9370, 30)),
-            (150, _) => Some((13_800, 30)),
-            _ => None,
-        }
+        Some(BenchClient::observed(kind, layer, net))
     }
 }
 
@@ -101,8 +95,12 @@ fn run_once(
     policy: Policy,
     case: Case,
     n: usize,
+    go_client: Option<&Path>,
 ) -> Result<(Outcome, Vec<OriginSnapshot>), BoxError> {
-    let client = policy.client(net);
+    let Some(client) = policy.client(net) else {
+        let bin = go_client.expect("Go runs only when its client is built");
+        return Ok((run_go(runtimes, net, bin, case, n)?, Vec::new()));
+    };
     let layer = client.layer().cloned();
     let outcome = runtimes.client.block_on(async {
         let endpoint = Endpoint::start(runtimes.server.handle(), net);
@@ -110,6 +108,33 @@ fn run_once(
         sequential_on(&endpoint, client, n, |_| (uri.clone(), case.read), |_, _, _| {}).await
     })?;
     Ok((outcome, layer.map(|l| l.origins()).unwrap_or_default()))
+}
+
+/// One run of the Go client: its own server, proxy and link as every run,
+/// the time Go reported, the connections the server accepted (counted once
+/// the proxy has had time to pass on a connection Go opened last). No
+/// latencies: `p50`, `p99` and `second_half` are zero.
+fn run_go(runtimes: &Runtimes, net: &Net, bin: &Path, case: Case, n: usize) -> Result<Outcome, BoxError> {
+    let Net::Tls { rtt, tls, .. } = net else { unreachable!("far origins are TLS") };
+    let endpoint = Endpoint::start(runtimes.server.handle(), net);
+    let run = go::far(bin, &endpoint.uri(case.len, case.framing), n, tls.ca_pem_path())?;
+    if let Some(error) = run.first_error {
+        return Err(format!("Go: {} of {} requests failed, the first: {error}", run.failed, run.sent).into());
+    }
+    // The proxy connects upstream half a round trip after accepting.
+    std::thread::sleep(*rtt + Duration::from_millis(100));
+    let accepted = endpoint.accepted();
+    Ok(Outcome {
+        connections: accepted,
+        accepted,
+        second_half: 0,
+        requests: run.sent,
+        elapsed: run.elapsed,
+        p50: Duration::ZERO,
+        p99: Duration::ZERO,
+        drains: None,
+        settled: true,
+    })
 }
 
 fn main() -> Result<(), BoxError> {
@@ -123,10 +148,19 @@ fn main() -> Result<(), BoxError> {
         if args.rtt_given { vec![args.rtt] } else { [20, 100, 150].map(Duration::from_millis).to_vec() };
     println!("# Far origins: {n} sequential HTTPS requests, Content-Length bodies dropped unread, {link}");
     println!("{}", args.describe(repeat));
+    let go_client: Option<PathBuf> = go::client();
+    let mut policies = Policy::RUST.to_vec();
+    match &go_client {
+        Some(bin) => {
+            policies.push(Policy::Go);
+            println!("Go client: {}", bin.display());
+        }
+        None => println!("{}", go::missing_note()),
+    }
     println!(
         "ms = total time of the {n} requests (median run; runs min-max beside it); conns = connections \
-         opened (median); drained / abandoned / skipped = the layer's early drops. Go 1.27 = the \
-         issue's figures for Go 1.27.3 (their run, same link model), not measured here.\n"
+         opened (median; Go's: as the server counted them); drained / abandoned / skipped = the \
+         layer's early drops.\n"
     );
     let mut table = Table::new(&[
         "RTT",
@@ -139,7 +173,6 @@ fn main() -> Result<(), BoxError> {
         "abandoned",
         "skipped",
         "vs read-to-end",
-        "Go 1.27 ms (conns)",
     ]);
     let mut misses = Vec::new();
     let mut estimates = Vec::new();
@@ -147,8 +180,9 @@ fn main() -> Result<(), BoxError> {
         let net = Net::tls_shared_link(rtt, link);
         for kib in [16, 64, 256] {
             let case = Case { len: kib * KIB, framing: Framing::ContentLength, read: Read::Unread };
-            let results =
-                measure_rounds(&Policy::ALL, repeat, |policy, _| run_once(&runtimes, &net, policy, case, n))?;
+            let results = measure_rounds(&policies, repeat, |policy, _| {
+                run_once(&runtimes, &net, policy, case, n, go_client.as_deref())
+            })?;
             let control = results.iter().find(|r| r.0 == Policy::ReadToEnd).expect("measured").1.outcome;
             for (policy, measured) in &results {
                 let (o, origins) = (&measured.outcome, &measured.origins);
@@ -168,7 +202,6 @@ fn main() -> Result<(), BoxError> {
                     count(o, |d| d.abandoned),
                     count(o, |d| d.skipped),
                     if *policy == Policy::ReadToEnd { "-".to_string() } else { vs },
-                    policy.go(rtt.as_millis(), kib).map_or("-".to_string(), |(t, c)| format!("{t} ({c})")),
                 ]);
                 if matches!(policy, Policy::Default | Policy::Adaptive) {
                     for origin in origins {

@@ -14,27 +14,32 @@ use hyper::body::Incoming;
 use hyper::client::conn::http1::SendRequest;
 use tower_service::Service;
 
+use std::sync::Arc;
+
 use crate::body::DrainBody;
-use crate::layer::DrainOnDropLayer;
+use crate::request::RequestInfo;
+use crate::sending::Sending;
+use crate::shared::Shared;
 
 /// One of hyper's HTTP/1 connections (`client::conn::http1::SendRequest`)
 /// as a tower `Service`, each response with the drain of the layer that
-/// made it ([`DrainOnDropLayer::http1_sender`]): a body dropped early is
+/// made it ([`DrainOnDropLayer::http1_sender`](crate::DrainOnDropLayer::http1_sender)): a body dropped early is
 /// drained and the connection can send the next request. Requests may be
 /// origin-form (`/path` with a `Host` header, as such connections are
 /// sent): the origin is then the `Host` header, whose round trip the
-/// drain's time budget follows (see [`DrainOnDropLayer::sending`]).
+/// drain's time budget follows (see
+/// [`DrainOnDropLayer::sending`](crate::DrainOnDropLayer::sending)).
 ///
 /// `poll_ready` is the connection's: ready when it can send (the previous
 /// response's body read to its end, or drained).
 pub struct Http1Sender<B> {
     sender: SendRequest<B>,
-    layer: DrainOnDropLayer,
+    shared: Arc<Shared>,
 }
 
 impl<B> Http1Sender<B> {
-    pub(crate) fn new(sender: SendRequest<B>, layer: DrainOnDropLayer) -> Self {
-        Http1Sender { sender, layer }
+    pub(crate) fn new(sender: SendRequest<B>, shared: Arc<Shared>) -> Self {
+        Http1Sender { sender, shared }
     }
 
     /// The connection.
@@ -55,7 +60,7 @@ impl<B> Http1Sender<B> {
 
 impl<B> fmt::Debug for Http1Sender<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Http1Sender").field("layer", &self.layer).finish_non_exhaustive()
+        f.debug_struct("Http1Sender").field("layer", &self.shared).finish_non_exhaustive()
     }
 }
 
@@ -73,7 +78,7 @@ where
     }
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
-        let sending = self.layer.sending(&req);
+        let sending = Sending::new(RequestInfo::read(&self.shared, &req));
         let response = self.sender.send_request(req);
         Box::pin(async move { Ok(sending.wrap_response(response.await?)) })
     }

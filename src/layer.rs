@@ -351,7 +351,7 @@ impl DrainOnDropLayer {
     /// # }
     /// ```
     pub fn http1_sender<B>(&self, sender: hyper::client::conn::http1::SendRequest<B>) -> Http1Sender<B> {
-        Http1Sender::new(sender, self.clone())
+        Http1Sender::new(sender, self.shared.clone())
     }
 
     /// [`sending`](Self::sending) from the parts of a request's head, for a

@@ -164,11 +164,11 @@ fn the_reader_finds_grouped_imports_and_skips_tests() {
 
 #[test]
 fn nothing_below_the_layer_uses_it() {
-    // `middleware` and `conn` are entry points beside the layer: the layer
-    // as another stack's trait, and around hyper's own connections.
+    // `middleware` is an entry point beside the layer: the layer as another
+    // stack's trait.
     let users: Vec<_> = imports()
         .into_iter()
-        .filter(|(m, deps)| deps.contains("layer") && m != "middleware" && m != "conn")
+        .filter(|(m, deps)| deps.contains("layer") && m != "middleware")
         .map(|(m, _)| m)
         .collect();
     assert!(

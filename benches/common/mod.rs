@@ -11,6 +11,10 @@
 //!   (hyper-util alone, with `DrainOnDropLayer`, read-to-end control, and a
 //!   diagnostic reading bodies in a spawned task), or a client under any
 //!   given layer.
+//! - [`go`]: the Go 1.27 client (`benches/go/goclient`) run as a child
+//!   process, and what it reports.
+//! - [`h2`]: an h2c server, a proxy counting the client's GOAWAY and
+//!   RST_STREAM frames, hyper-util's HTTP/2 client and its traffic.
 //! - [`run`]: sequential and concurrent request loops and their outcome.
 //! - [`table`]: Markdown tables.
 //!
@@ -19,6 +23,8 @@
 
 pub mod args;
 pub mod client;
+pub mod go;
+pub mod h2;
 pub mod proxy;
 pub mod run;
 pub mod server;

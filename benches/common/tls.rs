@@ -1,6 +1,8 @@
 //! TLS 1.3 with a self-signed certificate generated at start (rcgen, ring).
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
@@ -14,6 +16,19 @@ pub const SERVER_NAME: &str = "localhost";
 pub struct Tls {
     pub acceptor: TlsAcceptor,
     pub connector: TlsConnector,
+    /// The certificate, PEM-encoded, for clients outside this process.
+    pub cert_pem: String,
+    /// `cert_pem` in a file of its own, removed with the last clone.
+    ca_pem: Arc<TempFile>,
+}
+
+/// A file under the temporary directory, removed when dropped.
+struct TempFile(PathBuf);
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
 }
 
 impl Tls {
@@ -24,6 +39,15 @@ impl Tls {
         let key =
             rcgen::generate_simple_self_signed(vec![SERVER_NAME.to_string()]).expect("generate certificate");
         let cert = key.cert.der().clone();
+        let cert_pem = key.cert.pem();
+        static GENERATED: AtomicUsize = AtomicUsize::new(0);
+        let name = format!(
+            "drain-on-drop-bench-{}-{}.pem",
+            std::process::id(),
+            GENERATED.fetch_add(1, Ordering::Relaxed)
+        );
+        let ca_pem = TempFile(std::env::temp_dir().join(name));
+        std::fs::write(&ca_pem.0, &cert_pem).expect("write the certificate's PEM file");
         let private = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.signing_key.serialize_der()));
         let provider = Arc::new(rustls::crypto::ring::default_provider());
 
@@ -44,7 +68,18 @@ impl Tls {
             .with_no_client_auth();
         client.alpn_protocols = vec![b"http/1.1".to_vec()];
 
-        Tls { acceptor: TlsAcceptor::from(Arc::new(server)), connector: TlsConnector::from(Arc::new(client)) }
+        Tls {
+            acceptor: TlsAcceptor::from(Arc::new(server)),
+            connector: TlsConnector::from(Arc::new(client)),
+            cert_pem,
+            ca_pem: Arc::new(ca_pem),
+        }
+    }
+
+    /// A file holding [`Tls::cert_pem`] (written once, by
+    /// [`Tls::generate`]), for a client to trust, as `goclient -ca` does.
+    pub fn ca_pem_path(&self) -> &Path {
+        &self.ca_pem.0
     }
 
     /// The name the client verifies.

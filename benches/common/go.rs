@@ -1,0 +1,166 @@
+//! The Go 1.27 client (`benches/go/goclient`, built by `bash benches/go.sh`),
+//! run as a child process against the benches' own servers and proxies, so
+//! that its figures come from the same run as the Rust clients'.
+//!
+//! The calls block until the client exits: the servers and proxies run on
+//! their own runtimes meanwhile. The client prints one JSON line, read here
+//! by hand (see [`parse`]).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use http::Uri;
+
+use super::BoxError;
+use super::tls::SERVER_NAME;
+
+/// What one run of the Go client reported.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GoRun {
+    /// Requests sent (`far`: all of them).
+    pub sent: usize,
+    /// Of those, requests that failed or had a status other than 200.
+    pub failed: usize,
+    /// From the first request to the last response handled.
+    pub elapsed: Duration,
+    /// The first failure's message.
+    pub first_error: Option<String>,
+}
+
+/// The Go client: `$DRAIN_BENCH_GO` if set, else `target/go/goclient` of
+/// the repository if built.
+pub fn client() -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os("DRAIN_BENCH_GO").filter(|p| !p.is_empty()) {
+        return Some(PathBuf::from(path));
+    }
+    // `benches/` is a package of its own: the repository is its parent.
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).parent()?;
+    Some(repo.join("target/go/goclient")).filter(|p| p.is_file())
+}
+
+/// Says how to get the Go figures when [`client`] finds no client.
+pub fn missing_note() -> &'static str {
+    "Go 1.27 not measured: no Go client (run `bash benches/go.sh` to build target/go/goclient, \
+     or set DRAIN_BENCH_GO to a goclient binary)."
+}
+
+/// `n` sequential GETs of `url` over HTTP/1.1 and TLS, trusting `ca_pem`,
+/// each body closed unread (`goclient far`).
+pub fn far(bin: &Path, url: &Uri, n: usize, ca_pem: &Path) -> Result<GoRun, BoxError> {
+    let mut cmd = Command::new(bin);
+    cmd.args(["far", "-url", &url.to_string(), "-n", &n.to_string(), "-servername", SERVER_NAME]);
+    cmd.arg("-ca").arg(ca_pem);
+    run(cmd, "far")
+}
+
+/// `callers` goroutines sharing one HTTP/2 client, sending GETs of `url`
+/// until `n` were sent in all or `secs` seconds passed, each body closed
+/// unread after the head (`goclient h2`): h2c with prior knowledge for
+/// `http://`, TLS with ALPN h2 trusting `ca_pem` for `https://`.
+pub fn h2(
+    bin: &Path,
+    url: &Uri,
+    callers: usize,
+    n: usize,
+    secs: u64,
+    ca_pem: Option<&Path>,
+) -> Result<GoRun, BoxError> {
+    let mut cmd = Command::new(bin);
+    let (callers, n, secs) = (callers.to_string(), n.to_string(), secs.to_string());
+    cmd.args(["h2", "-url", &url.to_string(), "-callers", &callers, "-n", &n, "-secs", &secs]);
+    if let Some(ca) = ca_pem {
+        cmd.arg("-ca").arg(ca).args(["-servername", SERVER_NAME]);
+    }
+    run(cmd, "h2")
+}
+
+fn run(mut cmd: Command, mode: &str) -> Result<GoRun, BoxError> {
+    let out = cmd.output().map_err(|e| format!("running {cmd:?}: {e}"))?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        return Err(format!("{cmd:?} failed ({}): {}", out.status, stderr.trim()).into());
+    }
+    let line = stdout.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or_default();
+    parse(line, mode).ok_or_else(|| format!("{cmd:?} printed no {mode} result: {stdout:?}").into())
+}
+
+/// Reads the client's line, `{"mode":"far","requests":N,"failed":F,
+/// "elapsed_ms":T,"first_error":"..."}` (`h2`: `sent` for `requests`).
+/// Each key is taken at its first occurrence: `first_error`, the only
+/// free text, comes last.
+pub fn parse(line: &str, mode: &str) -> Option<GoRun> {
+    if string(line, "mode")? != mode {
+        return None;
+    }
+    let sent = number(line, if mode == "far" { "requests" } else { "sent" })?;
+    let first_error = string(line, "first_error").filter(|e| !e.is_empty());
+    Some(GoRun {
+        sent: sent as usize,
+        failed: number(line, "failed")? as usize,
+        elapsed: Duration::from_secs_f64(number(line, "elapsed_ms")? / 1e3),
+        first_error,
+    })
+}
+
+/// What follows `"key":`.
+fn value<'a>(line: &'a str, key: &str) -> Option<&'a str> {
+    let at = line.find(&format!("\"{key}\":"))?;
+    Some(line[at + key.len() + 3..].trim_start())
+}
+
+fn number(line: &str, key: &str) -> Option<f64> {
+    let v = value(line, key)?;
+    let end = v.find(|c: char| !(c.is_ascii_digit() || "+-.eE".contains(c))).unwrap_or(v.len());
+    v[..end].parse().ok().filter(|x: &f64| *x >= 0.0)
+}
+
+/// A JSON string value, unescaped.
+fn string(line: &str, key: &str) -> Option<String> {
+    let mut chars = value(line, key)?.strip_prefix('"')?.chars();
+    let mut out = String::new();
+    loop {
+        match chars.next()? {
+            '"' => return Some(out),
+            '\\' => out.push(match chars.next()? {
+                'n' => '\n',
+                'r' => '\r',
+                't' => '\t',
+                'b' => '\u{8}',
+                'f' => '\u{c}',
+                'u' => {
+                    let hex: String = chars.by_ref().take(4).collect();
+                    char::from_u32(u32::from_str_radix(&hex, 16).ok()?).unwrap_or('\u{fffd}')
+                }
+                c => c, // `"`, `\`, `/`
+            }),
+            c => out.push(c),
+        }
+    }
+}
+
+/// Bench targets have no test harness (cargo strips `#[test]` functions):
+/// run by hand, with this file as a module `common::go` of a `rustc --test`
+/// crate that defines `common::BoxError` and `common::tls::SERVER_NAME`.
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn parses_the_clients_lines() {
+        use super::parse;
+        use std::time::Duration;
+
+        let far = r#"{"mode":"far","requests":30,"failed":0,"elapsed_ms":9190.123,"first_error":""}"#;
+        let run = parse(far, "far").expect("far line");
+        assert_eq!((run.sent, run.failed, run.first_error), (30, 0, None));
+        assert_eq!(run.elapsed, Duration::from_micros(9_190_123));
+        assert_eq!(parse(far, "h2"), None);
+
+        let h2 = r#"{"mode":"h2","sent":2000,"failed":2,"elapsed_ms":12,"first_error":"Get \"http://x/\": a\\b \u00e9 \"sent\":1"}"#;
+        let run = parse(h2, "h2").expect("h2 line");
+        assert_eq!((run.sent, run.failed), (2000, 2));
+        assert_eq!(run.elapsed, Duration::from_millis(12));
+        assert_eq!(run.first_error.as_deref(), Some(r#"Get "http://x/": a\b é "sent":1"#));
+        assert_eq!(parse("not json", "h2"), None);
+    }
+}

@@ -1,0 +1,3 @@
+module drain-on-drop/goclient
+
+go 1.27

@@ -1,0 +1,199 @@
+// Command goclient is the Go 1.27 client the benches measure beside the
+// Rust clients (docs/BENCHMARKS.md): what net/http does, with its own
+// defaults, when a caller closes a response body it did not read.
+//
+//	goclient far -url URL -n N -ca CA.pem -servername localhost
+//	goclient h2 -url URL -callers C -n N -secs S [-ca CA.pem -servername localhost]
+//
+// far: N sequential GETs over HTTP/1.1 and TLS. Each response's status is
+// checked and its body closed unread: Go 1.27 then drains the rest in the
+// background (up to 256 KiB within 50 ms) to keep the connection, or closes
+// it. The transport is http.DefaultTransport's clone, so its defaults are
+// Go's (MaxIdleConnsPerHost 2, timeouts, keep-alives), with only:
+//   - TLSClientConfig: trust CA.pem, verify (and send SNI) servername, ALPN
+//     http/1.1 only, as the Rust clients offer;
+//   - ForceAttemptHTTP2 false and an empty TLSNextProto: HTTP/2 is never
+//     tried, so every request is HTTP/1.1 as for the Rust clients.
+//
+// h2: C goroutines share one client and send GETs until N were sent in all
+// or S seconds passed, each body closed unread right after the head (which
+// resets the stream). An http:// URL is h2c with prior knowledge
+// (Protocols: unencrypted HTTP/2 only), an https:// URL is TLS with ALPN h2
+// (Protocols: HTTP/2 only), trusting CA.pem.
+//
+// No Client.Timeout (its timer would cancel the request, and so the
+// background drain, at Close); one deadline for the whole run instead, as a
+// guard against a hung run. Prints one JSON line on stdout; exits 0 unless
+// the arguments are wrong (2).
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// A run's result; failed counts requests that errored or were not 200.
+type result struct {
+	Mode       string  `json:"mode"`
+	Requests   *int64  `json:"requests,omitempty"`
+	Sent       *int64  `json:"sent,omitempty"`
+	Failed     int64   `json:"failed"`
+	ElapsedMs  float64 `json:"elapsed_ms"`
+	FirstError string  `json:"first_error"`
+}
+
+// failures counts failed requests and keeps the first one's message.
+type failures struct {
+	mu     sync.Mutex
+	failed int64
+	first  string
+}
+
+func (e *failures) add(err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.failed == 0 {
+		e.first = err.Error()
+	}
+	e.failed++
+}
+
+// get sends one GET and closes the body unread after checking the status.
+func get(ctx context.Context, client *http.Client, url string, errs *failures) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		errs.add(err)
+		return
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		errs.add(err)
+		return
+	}
+	if resp.StatusCode != http.StatusOK {
+		errs.add(fmt.Errorf("status %s", resp.Status))
+	}
+	resp.Body.Close()
+}
+
+func far(args []string) result {
+	fs := flag.NewFlagSet("far", flag.ExitOnError)
+	url := fs.String("url", "", "URL to GET (https://)")
+	n := fs.Int("n", 30, "sequential requests")
+	ca := fs.String("ca", "", "PEM certificate to trust")
+	name := fs.String("servername", "localhost", "name to verify and send as SNI")
+	fs.Parse(args)
+	if *url == "" || *ca == "" || *n < 1 {
+		usage("far needs -url, -ca and -n >= 1")
+	}
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.TLSClientConfig = tlsConfig(*ca, *name, "http/1.1")
+	t.ForceAttemptHTTP2 = false
+	t.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
+	client := &http.Client{Transport: t}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	var errs failures
+	start := time.Now()
+	for i := 0; i < *n; i++ {
+		get(ctx, client, *url, &errs)
+	}
+	elapsed := time.Since(start)
+	requests := int64(*n)
+	return result{Mode: "far", Requests: &requests, Failed: errs.failed, ElapsedMs: millis(elapsed), FirstError: errs.first}
+}
+
+func h2(args []string) result {
+	fs := flag.NewFlagSet("h2", flag.ExitOnError)
+	url := fs.String("url", "", "URL to GET (http:// for h2c, https:// for TLS)")
+	callers := fs.Int("callers", 16, "goroutines sharing the client")
+	n := fs.Int64("n", 1000, "requests to send in all")
+	secs := fs.Float64("secs", 10, "stop sending after this many seconds")
+	ca := fs.String("ca", "", "PEM certificate to trust (https://)")
+	name := fs.String("servername", "localhost", "name to verify and send as SNI")
+	fs.Parse(args)
+	https := strings.HasPrefix(*url, "https://")
+	if !https && !strings.HasPrefix(*url, "http://") || *callers < 1 || *n < 1 || *secs <= 0 || https && *ca == "" {
+		usage("h2 needs -url http(s)://..., -callers >= 1, -n >= 1, -secs > 0, and -ca for https://")
+	}
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	var protocols http.Protocols
+	if https {
+		protocols.SetHTTP2(true)
+		t.TLSClientConfig = tlsConfig(*ca, *name, "h2")
+	} else {
+		protocols.SetUnencryptedHTTP2(true)
+	}
+	t.Protocols = &protocols
+	client := &http.Client{Transport: t}
+	budget := time.Duration(*secs * float64(time.Second))
+	ctx, cancel := context.WithTimeout(context.Background(), budget+time.Minute)
+	defer cancel()
+	var errs failures
+	var sent atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for c := 0; c < *callers; c++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Since(start) < budget && sent.Add(1) <= *n {
+				get(ctx, client, *url, &errs)
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	total := min(sent.Load(), *n)
+	return result{Mode: "h2", Sent: &total, Failed: errs.failed, ElapsedMs: millis(elapsed), FirstError: errs.first}
+}
+
+// tlsConfig trusts the certificates in the PEM file and offers one protocol.
+func tlsConfig(caFile, serverName, proto string) *tls.Config {
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		usage(err.Error())
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(pem) {
+		usage("no certificate in " + caFile)
+	}
+	return &tls.Config{RootCAs: roots, ServerName: serverName, NextProtos: []string{proto}}
+}
+
+func millis(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 }
+
+func usage(msg string) {
+	fmt.Fprintln(os.Stderr, "goclient:", msg)
+	fmt.Fprintln(os.Stderr, "usage: goclient far -url URL -n N -ca CA.pem -servername NAME")
+	fmt.Fprintln(os.Stderr, "       goclient h2 -url URL -callers C -n N -secs S [-ca CA.pem -servername NAME]")
+	os.Exit(2)
+}
+
+func main() {
+	if len(os.Args) < 2 {
+		usage("no mode")
+	}
+	var r result
+	switch os.Args[1] {
+	case "far":
+		r = far(os.Args[2:])
+	case "h2":
+		r = h2(os.Args[2:])
+	default:
+		usage("unknown mode " + os.Args[1])
+	}
+	out := json.NewEncoder(os.Stdout)
+	out.SetEscapeHTML(false)
+	out.Encode(r)
+}
