@@ -4,6 +4,9 @@
 #[path = "../../tests/support/mod.rs"]
 mod support;
 
+#[path = "gzip/mod.rs"]
+mod gzip;
+
 #[path = "../examples/reqwest.rs"]
 #[allow(dead_code, unreachable_pub)]
 mod reqwest_example;
@@ -146,26 +149,6 @@ async fn the_adapter_keeps_reqwest_tls_connections_with_default_features() {
     assert_keeps_half("reqwest over TLS, 64 KiB unread", accepted[1], accepted[0], 0);
 }
 
-/// 1 MiB of text, gzipped by tower-http's compression as it is sent
-/// (chunked, a few KiB on the wire); the connections accepted.
-async fn gzip_server() -> (String, Arc<AtomicUsize>) {
-    let (addr, accepted) = accept_each(|io| {
-        let svc = tower::ServiceBuilder::new()
-            .layer(tower_http::compression::CompressionLayer::new())
-            .service_fn(|_: http::Request<hyper::body::Incoming>| async {
-                let text = "a compressible line of text, repeated\n".repeat(1 << 20).into_bytes();
-                let body = Full::new(Bytes::from(text[..1 << 20].to_vec()));
-                Ok::<_, Infallible>(
-                    http::Response::builder().header("content-type", "text/plain").body(body).unwrap(),
-                )
-            });
-        hyper::server::conn::http1::Builder::new()
-            .serve_connection(io, hyper_util::service::TowerToHyperService::new(svc))
-    })
-    .await;
-    (format!("http://{addr}/"), accepted)
-}
-
 /// reqwest with `gzip`: as the recipes' adapter puts it, the drain reads what
 /// reqwest inflates, and counts inflated bytes; with the decompression above
 /// the drain (`send_decoded_above`), it reads and counts wire bytes.
@@ -174,7 +157,7 @@ async fn with_gzip_the_drain_reads_wire_bytes_when_decompression_is_above_it() {
     const N: u64 = 20;
     let mut rows = Vec::new();
     for how in ["reqwest alone", "adapter", "decoded above the drain"] {
-        let (url, accepted) = gzip_server().await;
+        let (url, accepted) = gzip::server().await;
         let layer = DrainOnDropLayer::new().max_time(SECONDS);
         let decoding = reqwest_builder().build().unwrap();
         let raw = reqwest_builder().no_gzip().build().unwrap();

@@ -7,14 +7,12 @@
 #[path = "../../tests/support/mod.rs"]
 mod support;
 
-use std::convert::Infallible;
-use std::sync::Arc;
-use std::sync::atomic::AtomicUsize;
+#[path = "gzip/mod.rs"]
+mod gzip;
+
 use std::time::Duration;
 
-use bytes::Bytes;
 use drain_on_drop::{DrainBudget, DrainOnDropLayer, Reason};
-use http_body_util::Full;
 
 use support::*;
 
@@ -96,26 +94,6 @@ async fn a_drain_budget_given_with_the_request_applies() {
     assert_eq!(s.count(Reason::Disabled), 1, "{s:?}");
 }
 
-/// A server answering with 1 MiB of text, gzipped by tower-http (a few KiB
-/// on the wire, chunked).
-async fn gzip_server() -> (String, Arc<AtomicUsize>) {
-    let (addr, accepted) = accept_each(|io| {
-        let svc = tower::ServiceBuilder::new()
-            .layer(tower_http::compression::CompressionLayer::new())
-            .service_fn(|_: http::Request<hyper::body::Incoming>| async {
-                let text = "a compressible line of text, repeated\n".repeat(1 << 15).into_bytes();
-                let body = Full::new(Bytes::from(text[..1 << 20].to_vec()));
-                Ok::<_, Infallible>(
-                    http::Response::builder().header("content-type", "text/plain").body(body).unwrap(),
-                )
-            });
-        hyper::server::conn::http1::Builder::new()
-            .serve_connection(io, hyper_util::service::TowerToHyperService::new(svc))
-    })
-    .await;
-    (format!("http://{addr}/"), accepted)
-}
-
 /// With reqwest's gzip on, the middleware sees the inflated body: the byte
 /// budget counts inflated bytes, so a 1 MiB text gzipped to a few KiB is
 /// given up at the default 256 KiB (`over_bytes`), and read to its end
@@ -123,7 +101,7 @@ async fn gzip_server() -> (String, Arc<AtomicUsize>) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_reqwest_gzip_the_byte_budget_counts_inflated_bytes() {
     for (max_bytes, reason) in [(256 * 1024, Reason::OverBytes), (2 << 20, Reason::EndOfBody)] {
-        let (url, _) = gzip_server().await;
+        let (url, _) = gzip::server().await;
         let layer = DrainOnDropLayer::new().max_bytes(max_bytes).max_time(SECONDS);
         let with = client(Some(&layer));
         let res = with.get(&url).send().await.unwrap();
