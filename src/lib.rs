@@ -184,8 +184,8 @@
 //! `SETTINGS_MAX_CONCURRENT_STREAMS` bounds the streams drains and callers
 //! hold together). Measured (`cargo bench --bench http2`, docs/BENCHMARKS.md
 //! section 9): 5,000 requests of 1 MiB dropped after their heads by 16
-//! callers lose 150–170 requests and 11 connections with hyper-util alone,
-//! and none, on one connection, with the layer.
+//! callers lose 189 requests and 12 connections to the client's own GOAWAY
+//! with hyper-util alone, and none, on one connection, with the layer.
 //!
 //! On top of the layer, `http2_max_concurrent_reset_streams(10_000)` on
 //! hyper-util's client builder lets h2 remember more reset streams, so that
