@@ -18,7 +18,7 @@ use super::tls::SERVER_NAME;
 /// What one run of the Go client reported.
 #[derive(Clone, Debug, PartialEq)]
 pub struct GoRun {
-    /// Requests sent (`far`: all of them).
+    /// Requests sent (`seq` and `far`: all of them).
     pub sent: usize,
     /// Of those, requests that failed or had a status other than 200.
     pub failed: usize,
@@ -43,6 +43,18 @@ pub fn client() -> Option<PathBuf> {
 pub fn missing_note() -> &'static str {
     "Go 1.27 not measured: no Go client (run `bash benches/go.sh` to build target/go/goclient, \
      or set DRAIN_BENCH_GO to a goclient binary)."
+}
+
+/// `n` sequential GETs of `url` over plain HTTP/1.1, each body closed
+/// unread, or after one read of up to 16 KiB when `read_one` (`goclient
+/// seq`).
+pub fn seq(bin: &Path, url: &Uri, n: usize, read_one: bool) -> Result<GoRun, BoxError> {
+    let mut cmd = Command::new(bin);
+    cmd.args(["seq", "-url", &url.to_string(), "-n", &n.to_string()]);
+    if read_one {
+        cmd.arg("-read-one");
+    }
+    run(cmd, "seq")
 }
 
 /// `n` sequential GETs of `url` over HTTP/1.1 and TLS, trusting `ca_pem`,
@@ -87,14 +99,15 @@ fn run(mut cmd: Command, mode: &str) -> Result<GoRun, BoxError> {
 }
 
 /// Reads the client's line, `{"mode":"far","requests":N,"failed":F,
-/// "elapsed_ms":T,"first_error":"..."}` (`h2`: `sent` for `requests`).
+/// "elapsed_ms":T,"first_error":"..."}` (`seq`: the same; `h2`: `sent`
+/// for `requests`).
 /// Each key is taken at its first occurrence: `first_error`, the only
 /// free text, comes last.
 pub fn parse(line: &str, mode: &str) -> Option<GoRun> {
     if string(line, "mode")? != mode {
         return None;
     }
-    let sent = number(line, if mode == "far" { "requests" } else { "sent" })?;
+    let sent = number(line, if mode == "h2" { "sent" } else { "requests" })?;
     let first_error = string(line, "first_error").filter(|e| !e.is_empty());
     Some(GoRun {
         sent: sent as usize,
@@ -155,6 +168,12 @@ mod tests {
         assert_eq!((run.sent, run.failed, run.first_error), (30, 0, None));
         assert_eq!(run.elapsed, Duration::from_micros(9_190_123));
         assert_eq!(parse(far, "h2"), None);
+        assert_eq!(parse(far, "seq"), None);
+
+        let seq = r#"{"mode":"seq","requests":100,"failed":0,"elapsed_ms":41.5,"first_error":""}"#;
+        let run = parse(seq, "seq").expect("seq line");
+        assert_eq!((run.sent, run.failed, run.first_error), (100, 0, None));
+        assert_eq!(run.elapsed, Duration::from_micros(41_500));
 
         let h2 = r#"{"mode":"h2","sent":2000,"failed":2,"elapsed_ms":12,"first_error":"Get \"http://x/\": a\\b \u00e9 \"sent\":1"}"#;
         let run = parse(h2, "h2").expect("h2 line");

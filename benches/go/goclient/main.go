@@ -2,18 +2,23 @@
 // Rust clients (docs/BENCHMARKS.md): what net/http does, with its own
 // defaults, when a caller closes a response body it did not read.
 //
-//	goclient far -url URL -n N -ca CA.pem -servername localhost
+//	goclient seq -url URL -n N [-read-one] [-ca CA.pem -servername localhost]
+//	goclient far -url URL -n N [-read-one] -ca CA.pem -servername localhost
 //	goclient h2 -url URL -callers C -n N -secs S [-ca CA.pem -servername localhost]
 //
-// far: N sequential GETs over HTTP/1.1 and TLS. Each response's status is
-// checked and its body closed unread: Go 1.27 then drains the rest in the
+// seq: N sequential GETs over HTTP/1.1, plain for an http:// URL, TLS for
+// an https:// URL (trusting CA.pem). Each response's status is checked and
+// its body closed unread, or after one Read of up to 16 KiB with -read-one
+// (the Rust clients' "one frame"): Go 1.27 then drains the rest in the
 // background (up to 256 KiB within 50 ms) to keep the connection, or closes
 // it. The transport is http.DefaultTransport's clone, so its defaults are
 // Go's (MaxIdleConnsPerHost 2, timeouts, keep-alives), with only:
-//   - TLSClientConfig: trust CA.pem, verify (and send SNI) servername, ALPN
-//     http/1.1 only, as the Rust clients offer;
+//   - TLSClientConfig (https:// only): trust CA.pem, verify (and send SNI)
+//     servername, ALPN http/1.1 only, as the Rust clients offer;
 //   - ForceAttemptHTTP2 false and an empty TLSNextProto: HTTP/2 is never
 //     tried, so every request is HTTP/1.1 as for the Rust clients.
+//
+// far: seq for https:// URLs only (the far bench's origins are TLS).
 //
 // h2: C goroutines share one client and send GETs until N were sent in all
 // or S seconds passed, each body closed unread right after the head (which
@@ -34,6 +39,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"strings"
@@ -68,8 +74,13 @@ func (e *failures) add(err error) {
 	e.failed++
 }
 
-// get sends one GET and closes the body unread after checking the status.
-func get(ctx context.Context, client *http.Client, url string, errs *failures) {
+// oneRead is the most -read-one reads before closing a body: the size of
+// one chunk of the benches' chunked bodies.
+const oneRead = 16 * 1024
+
+// get sends one GET and closes the body after checking the status: unread,
+// or after one Read of up to oneRead bytes when readOne is set.
+func get(ctx context.Context, client *http.Client, url string, readOne bool, errs *failures) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		errs.add(err)
@@ -80,24 +91,38 @@ func get(ctx context.Context, client *http.Client, url string, errs *failures) {
 		errs.add(err)
 		return
 	}
+	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		errs.add(fmt.Errorf("status %s", resp.Status))
+		return
 	}
-	resp.Body.Close()
+	if readOne {
+		if _, err := resp.Body.Read(make([]byte, oneRead)); err != nil && err != io.EOF {
+			errs.add(err)
+		}
+	}
 }
 
-func far(args []string) result {
-	fs := flag.NewFlagSet("far", flag.ExitOnError)
-	url := fs.String("url", "", "URL to GET (https://)")
+// seq runs mode seq, or far (which only takes https:// URLs).
+func seq(mode string, args []string) result {
+	fs := flag.NewFlagSet(mode, flag.ExitOnError)
+	url := fs.String("url", "", "URL to GET (http:// or https://)")
 	n := fs.Int("n", 30, "sequential requests")
-	ca := fs.String("ca", "", "PEM certificate to trust")
+	readOne := fs.Bool("read-one", false, "read once (up to 16 KiB) before closing each body")
+	ca := fs.String("ca", "", "PEM certificate to trust (https://)")
 	name := fs.String("servername", "localhost", "name to verify and send as SNI")
 	fs.Parse(args)
-	if *url == "" || *ca == "" || *n < 1 {
-		usage("far needs -url, -ca and -n >= 1")
+	https := strings.HasPrefix(*url, "https://")
+	if mode == "far" && !https {
+		usage("far needs an https:// -url")
+	}
+	if !https && !strings.HasPrefix(*url, "http://") || *n < 1 || https && *ca == "" {
+		usage(mode + " needs -url http(s)://..., -n >= 1, and -ca for https://")
 	}
 	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.TLSClientConfig = tlsConfig(*ca, *name, "http/1.1")
+	if https {
+		t.TLSClientConfig = tlsConfig(*ca, *name, "http/1.1")
+	}
 	t.ForceAttemptHTTP2 = false
 	t.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
 	client := &http.Client{Transport: t}
@@ -106,11 +131,11 @@ func far(args []string) result {
 	var errs failures
 	start := time.Now()
 	for i := 0; i < *n; i++ {
-		get(ctx, client, *url, &errs)
+		get(ctx, client, *url, *readOne, &errs)
 	}
 	elapsed := time.Since(start)
 	requests := int64(*n)
-	return result{Mode: "far", Requests: &requests, Failed: errs.failed, ElapsedMs: millis(elapsed), FirstError: errs.first}
+	return result{Mode: mode, Requests: &requests, Failed: errs.failed, ElapsedMs: millis(elapsed), FirstError: errs.first}
 }
 
 func h2(args []string) result {
@@ -148,7 +173,7 @@ func h2(args []string) result {
 		go func() {
 			defer wg.Done()
 			for time.Since(start) < budget && sent.Add(1) <= *n {
-				get(ctx, client, *url, &errs)
+				get(ctx, client, *url, false, &errs)
 			}
 		}()
 	}
@@ -175,7 +200,8 @@ func millis(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 }
 
 func usage(msg string) {
 	fmt.Fprintln(os.Stderr, "goclient:", msg)
-	fmt.Fprintln(os.Stderr, "usage: goclient far -url URL -n N -ca CA.pem -servername NAME")
+	fmt.Fprintln(os.Stderr, "usage: goclient seq -url URL -n N [-read-one] [-ca CA.pem -servername NAME]")
+	fmt.Fprintln(os.Stderr, "       goclient far -url URL -n N [-read-one] -ca CA.pem -servername NAME")
 	fmt.Fprintln(os.Stderr, "       goclient h2 -url URL -callers C -n N -secs S [-ca CA.pem -servername NAME]")
 	os.Exit(2)
 }
@@ -186,8 +212,8 @@ func main() {
 	}
 	var r result
 	switch os.Args[1] {
-	case "far":
-		r = far(os.Args[2:])
+	case "seq", "far":
+		r = seq(os.Args[1], os.Args[2:])
 	case "h2":
 		r = h2(os.Args[2:])
 	default:
