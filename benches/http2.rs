@@ -20,7 +20,8 @@
 //! Targets (issue 28), with the layer at default budgets: 0 failed, 1
 //! connection, 0 GOAWAYs in every cell; time no worse than read-to-end's.
 //!
-//! `cargo bench --bench http2 [-- --quick] [-- --repeat K]`
+//! `cargo bench --bench http2 [-- --quick] [-- --repeat K] [-- CELL...]`, where
+//! CELL is part of a cell's label, such as `"1 MiB, 1 caller"`.
 
 mod common;
 
@@ -185,6 +186,7 @@ fn main() -> Result<(), BoxError> {
         .flat_map(|len| [1, 16, 64].map(|callers| Cell { len, callers, far: None }))
         .collect();
     cells.push(Cell { len: 1024 * KIB, callers: 16, far: Some(Duration::from_millis(100)) });
+    cells.retain(|c| args.selects(&c.label()));
     println!(
         "# HTTP/2: bodies dropped after their heads, {requests} requests or {} s per run",
         limit.as_secs()

@@ -19,6 +19,9 @@ pub struct Args {
     /// Runs per measurement; tables show the median: `--repeat K`. Each
     /// bench has its own default (see [`Args::repeat`]).
     repeat: Option<usize>,
+    /// Positional arguments (not flags): benches with named cells run only
+    /// the cells whose label contains one of them.
+    pub filters: Vec<String>,
 }
 
 /// Whether `DRAIN_BENCH_QUICK` asks for quick mode.
@@ -36,6 +39,7 @@ impl Args {
             rtt_given: false,
             bandwidth_mbit: None,
             repeat: None,
+            filters: Vec::new(),
         };
         let mut bench_mode = false;
         let mut it = std::env::args().skip(1);
@@ -57,6 +61,7 @@ impl Args {
                 }
                 "--bandwidth" => args.bandwidth_mbit = Some(value("--bandwidth MBIT").max(1)),
                 "--repeat" => args.repeat = Some(value("--repeat K").max(1) as usize),
+                _ if !flag.starts_with('-') => args.filters.push(arg.clone()),
                 _ => eprintln!("ignoring argument {arg:?}"),
             }
         }
@@ -64,6 +69,12 @@ impl Args {
             args.quick = true;
         }
         args
+    }
+
+    /// Whether a cell labelled `label` is to run: no filter given, or one
+    /// of them is part of the label.
+    pub fn selects(&self, label: &str) -> bool {
+        self.filters.is_empty() || self.filters.iter().any(|f| label.contains(f.as_str()))
     }
 
     /// `full`, or `quick` in quick mode.

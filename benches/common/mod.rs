@@ -1,7 +1,7 @@
 //! Helpers shared by the bench targets (see `docs/BENCHMARKS.md`).
 //!
 //! - [`args`]: `--quick` / `DRAIN_BENCH_QUICK`, `--rtt MS`, `--repeat K`,
-//!   `--bandwidth MBIT`.
+//!   `--bandwidth MBIT`, and cell names (positional; the http2 bench).
 //! - [`server`]: an HTTP/1.1 hyper server on `127.0.0.1:0` (plain or TLS 1.3)
 //!   that counts the connections it accepts.
 //! - [`proxy`]: a loopback TCP proxy that adds a round-trip time, and
