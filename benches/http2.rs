@@ -186,7 +186,13 @@ fn main() -> Result<(), BoxError> {
         .flat_map(|len| [1, 16, 64].map(|callers| Cell { len, callers, far: None }))
         .collect();
     cells.push(Cell { len: 1024 * KIB, callers: 16, far: Some(Duration::from_millis(100)) });
+    let labels: Vec<String> = cells.iter().map(Cell::label).collect();
     cells.retain(|c| args.selects(&c.label()));
+    if cells.is_empty() {
+        return Err(
+            format!("no cell's label contains the names given; the cells: {}", labels.join("; ")).into()
+        );
+    }
     println!(
         "# HTTP/2: bodies dropped after their heads, {requests} requests or {} s per run",
         limit.as_secs()

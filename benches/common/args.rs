@@ -21,7 +21,7 @@ pub struct Args {
     repeat: Option<usize>,
     /// Positional arguments (not flags): benches with named cells run only
     /// the cells whose label contains one of them.
-    pub filters: Vec<String>,
+    filters: Vec<String>,
 }
 
 /// Whether `DRAIN_BENCH_QUICK` asks for quick mode.
