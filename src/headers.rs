@@ -9,6 +9,12 @@ use http::{HeaderMap, HeaderValue, Version};
 use crate::outcome::Reason;
 use crate::shared::Config;
 
+/// Media types of open-ended streams unless the user lists others: server-
+/// sent events, and gRPC (`application/grpc`, `application/grpc+proto`, …),
+/// whose streams a client cancels by resetting them. An entry ending in `*`
+/// matches every media type that starts with what comes before it.
+pub(crate) const DEFAULT_STREAM_TYPES: [&str; 3] = ["text/event-stream", "application/grpc", "application/grpc+*"];
+
 /// What the request said about its response's drain, and whether the
 /// response's headers describe its body's wire framing, for [`inspect`].
 #[derive(Clone, Copy, Debug)]
@@ -120,7 +126,18 @@ fn is_stream(config: &Config, value: &HeaderValue) -> bool {
         return false;
     }
     let media_type = value.as_bytes().split(|&b| b == b';').next().unwrap_or_default().trim_ascii();
-    types.iter().any(|t| t.as_bytes().eq_ignore_ascii_case(media_type))
+    types.iter().any(|t| matches_type(t.as_bytes(), media_type))
+}
+
+/// Whether `media_type` is `listed` (lowercase), or starts with what comes
+/// before a `listed` entry's final `*`; case-insensitively.
+fn matches_type(listed: &[u8], media_type: &[u8]) -> bool {
+    match listed.strip_suffix(b"*") {
+        Some(prefix) => {
+            media_type.len() > prefix.len() && media_type[..prefix.len()].eq_ignore_ascii_case(prefix)
+        }
+        None => listed.eq_ignore_ascii_case(media_type),
+    }
 }
 
 /// Whether a `Connection` value lists `token` (case-insensitive).
@@ -241,6 +258,14 @@ mod tests {
         assert_eq!(inspect(false, Version::HTTP_11, &h), Some(Reason::Stream));
         let h = headers(&[("content-type", "text/event-streamer"), ("transfer-encoding", "chunked")]);
         assert_eq!(inspect(false, Version::HTTP_11, &h), None);
+        for grpc in ["application/grpc", "Application/gRPC+proto", "application/grpc+json; charset=x"] {
+            let h = headers(&[("content-type", grpc)]);
+            assert_eq!(inspect(false, Version::HTTP_2, &h), Some(Reason::Stream), "{grpc}: open-ended by default");
+        }
+        for other in ["application/grpc-web", "application/grpc+", "application/json"] {
+            let h = headers(&[("content-type", other)]);
+            assert_eq!(inspect(false, Version::HTTP_2, &h), None, "{other}");
+        }
         let none = Config { stream_types: std::sync::Arc::from(Vec::new()), ..Config::default() };
         let h = headers(&[("content-type", "text/event-stream"), ("transfer-encoding", "chunked")]);
         assert_eq!(super::inspect(&none, RequestSays::no_request(true), Version::HTTP_11, &h, false), None);

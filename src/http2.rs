@@ -30,6 +30,46 @@
 
 use std::time::{Duration, Instant};
 
+/// A client whose HTTP/2 connections' reset memory can be set: how many
+/// streams each connection remembers after resetting them (h2's
+/// `max_concurrent_reset_streams`, 50 by default). See
+/// [`DrainOnDropLayer::http2_reset_memory`](crate::DrainOnDropLayer::http2_reset_memory),
+/// which sets it on the client and in the layer in one call.
+///
+/// Implemented for hyper-util's legacy `Client` builder and hyper's
+/// `client::conn::http2::Builder` (cargo feature `http2`), and for any
+/// `FnMut(usize)` closure, for a client built otherwise (tonic's
+/// `Endpoint::http2_max_concurrent_reset_streams`).
+pub trait ResetMemory {
+    /// Sets how many locally reset streams each HTTP/2 connection of the
+    /// client remembers.
+    fn set_reset_memory(&mut self, streams: usize);
+}
+
+#[cfg(feature = "http2")]
+impl ResetMemory for hyper_util::client::legacy::Builder {
+    fn set_reset_memory(&mut self, streams: usize) {
+        self.http2_max_concurrent_reset_streams(streams);
+    }
+}
+
+#[cfg(feature = "http2")]
+impl<E: Clone> ResetMemory for hyper::client::conn::http2::Builder<E> {
+    fn set_reset_memory(&mut self, streams: usize) {
+        self.max_concurrent_reset_streams(streams);
+    }
+}
+
+impl<F: FnMut(usize)> ResetMemory for F {
+    fn set_reset_memory(&mut self, streams: usize) {
+        self(streams)
+    }
+}
+
+/// How many reset streams h2 remembers per connection unless told
+/// otherwise (h2's `DEFAULT_RESET_STREAM_MAX`).
+pub(crate) const H2_RESET_MEMORY: usize = 50;
+
 /// Resets the layer lets an origin's connection send in any [`RESET_WINDOW`]:
 /// half the 50 reset streams h2 remembers for 1 s. h2 expires remembered
 /// streams only when its connection task runs next, a little after their

@@ -417,6 +417,7 @@ mod timer;
 pub use body::DrainBody;
 pub use budget::DrainBudget;
 pub use conn::Http1Sender;
+pub use http2::ResetMemory;
 pub use layer::DrainOnDropLayer;
 pub use observe::{ConnectionReuse, ObserveConnector};
 pub use origin::{Adaptive, OriginSnapshot};

@@ -40,7 +40,10 @@ impl RequestInfo {
         headers: &HeaderMap,
         extensions: &Extensions,
     ) -> Self {
-        let target = shared.origins.target(uri, headers);
+        let target = shared.origins.target(uri, headers).or_else(|| {
+            let origin = shared.config.default_origin.as_ref()?;
+            shared.origins.target(origin, &HeaderMap::new())
+        });
         if target.is_none() {
             shared.warn_unknown_origin_once();
         }

@@ -21,6 +21,11 @@ pub(crate) struct Config {
     pub(crate) max_concurrent_drains: usize,
     /// Media types (lowercase, no parameters) of open-ended streams.
     pub(crate) stream_types: Arc<[String]>,
+    /// How many reset streams each HTTP/2 connection of the client
+    /// remembers, as the user told the layer (`http2_reset_memory`).
+    pub(crate) reset_memory: usize,
+    /// The origin of requests that name none (`default_origin`).
+    pub(crate) default_origin: Option<http::Uri>,
 }
 
 impl Default for Config {
@@ -29,7 +34,11 @@ impl Default for Config {
             enabled: true,
             budgets: sizing::Settings::default(),
             max_concurrent_drains: 1024,
-            stream_types: Arc::from(vec!["text/event-stream".to_string()]),
+            stream_types: Arc::from(
+                crate::headers::DEFAULT_STREAM_TYPES.iter().map(|t| t.to_string()).collect::<Vec<_>>(),
+            ),
+            reset_memory: crate::http2::H2_RESET_MEMORY,
+            default_origin: None,
         }
     }
 }
@@ -92,7 +101,9 @@ impl Shared {
                 target: "drain_on_drop",
                 "a request named no origin (no authority in its URI, no valid `Host` header): its drains get \
                  the fixed budget (max_bytes, and max_time or 50 ms), not one that follows the origin's round \
-                 trip; send absolute URIs or a `Host` header (DrainOnDropLayer::origins lists the origins known)"
+                 trip; send absolute URIs or a `Host` header, or, where the origin is added below the layer (tonic's \
+                 Channel), name it with `DrainOnDropLayer::default_origin` (DrainOnDropLayer::origins lists the \
+                 origins known)"
             );
         }
     }
