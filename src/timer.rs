@@ -13,6 +13,7 @@
 //! deadline passes or an earlier one arrives.
 
 use std::collections::BTreeMap;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 use std::time::Instant;
@@ -32,9 +33,30 @@ static TIMERS: Mutex<Timers> = Mutex::new(Timers { waiting: BTreeMap::new(), nex
 static EARLIER: Condvar = Condvar::new();
 
 fn timers() -> MutexGuard<'static, Timers> {
-    // Nothing here panics while holding the lock but the allocator; the
-    // map stays valid either way.
+    // No code but the map's runs under this lock (no waker is cloned,
+    // dropped or woken there), and the map stays valid whatever happens.
     TIMERS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Timers {
+    /// Registers `waker` to be woken at `at`, and returns its key; gives it
+    /// back when no thread can wake it (none runs and none could be
+    /// started).
+    fn register(&mut self, at: Instant, waker: Waker) -> Result<(Instant, u64), Waker> {
+        let key = (at, self.next_id);
+        self.next_id += 1;
+        let earliest = self.waiting.first_key_value().is_none_or(|(first, _)| key < *first);
+        if !self.running {
+            if start_thread().is_err() {
+                return Err(waker);
+            }
+            self.running = true;
+        } else if earliest {
+            EARLIER.notify_one();
+        }
+        self.waiting.insert(key, waker);
+        Ok(key)
+    }
 }
 
 /// A point in time to wait for, without a runtime timer. Registered with
@@ -52,47 +74,58 @@ impl Deadline {
     }
 
     /// `Ready` once the deadline has passed; until then, `cx`'s waker is
-    /// woken when it does.
+    /// woken when it does. The waker is cloned, and a replaced one dropped,
+    /// outside the timers' lock: they run the executor's code.
     pub(crate) fn poll_elapsed(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         if Instant::now() >= self.at {
             self.unregister();
             return Poll::Ready(());
         }
-        let mut timers = timers();
-        if let Some(key) = self.key {
-            if let Some(waker) = timers.waiting.get_mut(&key) {
-                if !waker.will_wake(cx.waker()) {
-                    waker.clone_from(cx.waker());
+        let Some(key) = self.key else {
+            let waker = cx.waker().clone();
+            let registered = timers().register(self.at, waker);
+            return match registered {
+                Ok(key) => {
+                    self.key = Some(key);
+                    Poll::Pending
                 }
-                return Poll::Pending;
-            }
-            // Fired between the check above and the lock: it has passed.
-            self.key = None;
-            return Poll::Ready(());
-        }
-        let key = (self.at, timers.next_id);
-        timers.next_id += 1;
-        let earliest = timers.waiting.first_key_value().is_none_or(|(first, _)| key < *first);
-        timers.waiting.insert(key, cx.waker().clone());
-        self.key = Some(key);
-        if !timers.running {
-            if start_thread().is_err() {
                 // No thread, no wake-up: the deadline is treated as passed,
                 // so that nothing waits on it forever.
-                timers.waiting.remove(&key);
+                Err(_waker) => Poll::Ready(()),
+            };
+        };
+        match timers().waiting.get(&key) {
+            Some(waker) if waker.will_wake(cx.waker()) => return Poll::Pending,
+            Some(_) => {}
+            // Fired since it was polled: it has passed.
+            None => {
                 self.key = None;
                 return Poll::Ready(());
             }
-            timers.running = true;
-        } else if earliest {
-            EARLIER.notify_one();
+        }
+        let mut waker = cx.waker().clone();
+        let fired = match timers().waiting.get_mut(&key) {
+            Some(registered) => {
+                std::mem::swap(registered, &mut waker);
+                false
+            }
+            None => true,
+        };
+        // `waker` (the replaced one, or the clone when it fired meanwhile)
+        // is dropped here, after the lock.
+        drop(waker);
+        if fired {
+            self.key = None;
+            return Poll::Ready(());
         }
         Poll::Pending
     }
 
     fn unregister(&mut self) {
         if let Some(key) = self.key.take() {
-            timers().waiting.remove(&key);
+            let removed = timers().waiting.remove(&key);
+            // Dropped after the lock.
+            drop(removed);
         }
     }
 }
@@ -103,13 +136,34 @@ impl Drop for Deadline {
     }
 }
 
+/// Wakes `waker`; a waker that panics (an executor's bug) stops neither
+/// the caller nor the other wakers.
+fn wake_guarded(waker: Waker) {
+    let _ = catch_unwind(AssertUnwindSafe(|| waker.wake()));
+}
+
 fn start_thread() -> std::io::Result<()> {
     std::thread::Builder::new().name("drain-on-drop-timer".into()).spawn(run).map(drop)
 }
 
+/// Marks the thread stopped if it ever unwinds (nothing it runs should
+/// panic: wakers are guarded), so that the next deadline starts another.
+struct Running;
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            timers().running = false;
+        }
+    }
+}
+
 /// The thread: wakes each deadline when it passes, and ends when none is
 /// left (under the lock, so a deadline registered later starts a new one).
+/// Wakers run outside the lock, each guarded: a waker that panics when
+/// woken stops neither the thread nor the deadlines due with it.
 fn run() {
+    let _running = Running;
     let mut due = Vec::new();
     let mut timers = timers();
     loop {
@@ -121,9 +175,8 @@ fn run() {
             due.push(entry.remove());
         }
         if !due.is_empty() {
-            // Woken outside the lock: a waker runs the executor's code.
             drop(timers);
-            due.drain(..).for_each(Waker::wake);
+            due.drain(..).for_each(wake_guarded);
             timers = self::timers();
             continue;
         }
@@ -207,5 +260,53 @@ mod tests {
             drop(far);
             assert!(!timers().waiting.contains_key(&key));
         });
+    }
+
+    /// Counts its wakes; panics when woken if it was made to, as an
+    /// executor whose `wake` does `try_send(..).expect(..)` on a full queue.
+    struct Counting {
+        wakes: std::sync::atomic::AtomicUsize,
+        panics: bool,
+    }
+
+    impl std::task::Wake for Counting {
+        fn wake(self: std::sync::Arc<Self>) {
+            self.wakes.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            assert!(!self.panics, "a waker that panics when woken (this test's)");
+        }
+    }
+
+    fn counting(panics: bool) -> (std::sync::Arc<Counting>, Waker) {
+        let counting = std::sync::Arc::new(Counting { wakes: Default::default(), panics });
+        (counting.clone(), Waker::from(counting))
+    }
+
+    /// Waits (30 s at most) until `c` was woken `n` times.
+    fn woken(c: &Counting, n: usize, what: &str) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while c.wakes.load(std::sync::atomic::Ordering::SeqCst) < n {
+            assert!(Instant::now() < deadline, "{what}");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    #[test]
+    fn a_waker_that_panics_when_woken_stops_no_deadline() {
+        let (panicking, waker) = counting(true);
+        let mut first = Deadline::at(Instant::now() + Duration::from_millis(5));
+        assert!(first.poll_elapsed(&mut Context::from_waker(&waker)).is_pending());
+        woken(&panicking, 1, "the panicking waker is woken at its deadline");
+        // Then two deadlines due together, the panicking waker's first: the
+        // thread survived the first panic, and the second one neither stops
+        // it nor keeps the working waker from being woken.
+        let (working, ok) = counting(false);
+        let at = Instant::now() + Duration::from_millis(5);
+        let mut second = Deadline::at(at);
+        let mut third = Deadline::at(at);
+        assert!(second.poll_elapsed(&mut Context::from_waker(&waker)).is_pending());
+        assert!(third.poll_elapsed(&mut Context::from_waker(&ok)).is_pending());
+        woken(&panicking, 2, "the second panicking waker is woken too");
+        woken(&working, 1, "a deadline due with a panicking waker still fires");
+        assert!(third.poll_elapsed(&mut Context::from_waker(&ok)).is_ready());
     }
 }
