@@ -3,26 +3,14 @@
 //! told; the policy decides and the drain drains.
 
 use std::fmt;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use crate::event::Report;
 use crate::outcome::{Outcome, Reason};
-
-/// How often [`DrainStats::wait_idle`] looks at `in_flight`.
-const LOOK_EVERY: Duration = Duration::from_millis(1);
-
-/// When a wait for idle that ends at `deadline` (`None`: never) looks next,
-/// or `None` when the deadline has passed.
-fn next_look(deadline: Option<Instant>) -> Option<Instant> {
-    let now = Instant::now();
-    match deadline {
-        Some(d) if now >= d => None,
-        Some(d) => Some(d.min(now + LOOK_EVERY)),
-        None => Some(now + LOOK_EVERY),
-    }
-}
+use crate::timer::Deadline;
 
 #[derive(Default)]
 struct Counters {
@@ -39,6 +27,104 @@ struct Counters {
     connections_opened: AtomicU64,
     /// An `ObserveConnector` counts into these stats: responses carry its tag.
     observed: std::sync::atomic::AtomicBool,
+    /// Who waits for `in_flight` to reach 0.
+    idle: Idle,
+}
+
+/// The waiters of [`DrainStats::wait_idle`] and
+/// [`wait_idle_blocking`](DrainStats::wait_idle_blocking), woken when the
+/// last drain ends.
+///
+/// A waiter counts itself in `waiters` and registers (its waker, or its
+/// wait on `ended`) under `list`'s lock, then reads `in_flight`; a drain
+/// ending decrements `in_flight`, then reads `waiters`, and takes the lock
+/// only when someone waits. Both pairs are `SeqCst`: either the drain sees
+/// the waiter (and wakes it), or the waiter sees the decrement (and does
+/// not wait).
+#[derive(Default)]
+struct Idle {
+    /// Waiters alive, registered or not.
+    waiters: AtomicUsize,
+    list: Mutex<Wakers>,
+    /// Signalled for blocking waiters when the last drain ends.
+    ended: Condvar,
+}
+
+#[derive(Default)]
+struct Wakers {
+    next_id: u64,
+    /// Async waiters' wakers, by waiter id; taken (emptied) when woken.
+    wakers: Vec<(u64, Waker)>,
+}
+
+impl Idle {
+    fn list(&self) -> MutexGuard<'_, Wakers> {
+        // Only the list's own code runs under this lock: no waker is
+        // cloned, dropped or woken there.
+        self.list.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The last drain ended: hands every async waiter's waker to the
+    /// timer thread and wakes the blocking ones. Runs no waker itself: it
+    /// may run in a body's drop or a runtime's shutdown.
+    fn wake_all(&self) {
+        let wakers: Vec<Waker> = {
+            let mut list = self.list();
+            self.ended.notify_all();
+            list.wakers.drain(..).map(|(_, waker)| waker).collect()
+        };
+        crate::timer::wake_soon(wakers);
+    }
+}
+
+/// One async waiter for idle: its waker stays registered until it is woken
+/// or the waiter is dropped.
+struct IdleWaiter<'a> {
+    idle: &'a Idle,
+    id: u64,
+}
+
+impl<'a> IdleWaiter<'a> {
+    fn new(idle: &'a Idle) -> Self {
+        let id = {
+            let mut list = idle.list();
+            list.next_id += 1;
+            list.next_id
+        };
+        idle.waiters.fetch_add(1, Ordering::SeqCst);
+        IdleWaiter { idle, id }
+    }
+
+    /// Registers (or refreshes) `waker`; the caller reads `in_flight` after.
+    fn register(&self, waker: &Waker) {
+        let mut list = self.idle.list();
+        if let Some((_, registered)) = list.wakers.iter().find(|(id, _)| *id == self.id)
+            && registered.will_wake(waker)
+        {
+            return;
+        }
+        drop(list);
+        let mut waker = Some(waker.clone());
+        list = self.idle.list();
+        match list.wakers.iter_mut().find(|(id, _)| *id == self.id) {
+            Some((_, registered)) => std::mem::swap(registered, waker.as_mut().expect("cloned")),
+            None => list.wakers.push((self.id, waker.take().expect("cloned"))),
+        }
+        drop(list);
+        // The waker replaced, if any: dropped after the lock.
+        drop(waker);
+    }
+}
+
+impl Drop for IdleWaiter<'_> {
+    fn drop(&mut self) {
+        self.idle.waiters.fetch_sub(1, Ordering::SeqCst);
+        let removed = {
+            let mut list = self.idle.list();
+            list.wakers.iter().position(|(id, _)| *id == self.id).map(|at| list.wakers.swap_remove(at))
+        };
+        drop(removed);
+    }
 }
 
 /// A cheap, cloneable handle on the counters of one
@@ -239,11 +325,12 @@ impl DrainStats {
     /// exact figures](Self#reading-exact-figures)); `false` when drains
     /// still ran after `timeout`.
     ///
-    /// Looks every millisecond, on a timer of the crate's own: it needs
-    /// neither a runtime nor a runtime's time driver. Drains run on their
-    /// responses' runtime, so wait where that runtime keeps running: on a
-    /// current-thread runtime, inside `block_on`. In synchronous code, see
-    /// [`wait_idle_blocking`](Self::wait_idle_blocking).
+    /// Woken by the end of the last drain, it costs nothing while it waits:
+    /// no polling. Its timeout is kept by a timer of the crate's own, so it
+    /// needs neither a runtime nor a runtime's time driver. Drains run on
+    /// their responses' runtime, so wait where that runtime keeps running:
+    /// on a current-thread runtime, inside `block_on`. In synchronous code,
+    /// see [`wait_idle_blocking`](Self::wait_idle_blocking).
     ///
     /// ```
     /// # async fn run(layer: drain_on_drop::DrainOnDropLayer) {
@@ -256,34 +343,62 @@ impl DrainStats {
     /// # }
     /// ```
     pub async fn wait_idle(&self, timeout: Duration) -> bool {
-        let deadline = Instant::now().checked_add(timeout);
-        loop {
-            if self.snapshot().in_flight == 0 {
-                return true;
-            }
-            match next_look(deadline) {
-                Some(at) => crate::timer::sleep_until(at).await,
-                None => return false,
-            }
+        if self.idle_now() {
+            return true;
         }
+        let mut timeout = Instant::now().checked_add(timeout).map(Deadline::at);
+        let waiter = IdleWaiter::new(&self.counters.idle);
+        std::future::poll_fn(|cx: &mut Context<'_>| {
+            waiter.register(cx.waker());
+            if self.idle_now() {
+                return Poll::Ready(true);
+            }
+            match timeout.as_mut().map(|t| t.poll_elapsed(cx)) {
+                Some(Poll::Ready(())) => Poll::Ready(self.idle_now()),
+                _ => Poll::Pending,
+            }
+        })
+        .await
     }
 
     /// [`wait_idle`](Self::wait_idle) for synchronous code: blocks the
-    /// thread, a millisecond at a time, until no drain runs, for at most
-    /// `timeout`. Not on a thread that drives the runtime the drains run on
-    /// (a current-thread runtime's, between `block_on` calls): they could
-    /// not run meanwhile.
+    /// thread until no drain runs, for at most `timeout`; woken by the end
+    /// of the last drain, it costs nothing while it waits. Not on a thread
+    /// that drives the runtime the drains run on (a current-thread
+    /// runtime's, between `block_on` calls): they could not run meanwhile.
     pub fn wait_idle_blocking(&self, timeout: Duration) -> bool {
-        let deadline = Instant::now().checked_add(timeout);
-        loop {
-            if self.snapshot().in_flight == 0 {
-                return true;
-            }
-            match next_look(deadline) {
-                Some(at) => std::thread::sleep(at.saturating_duration_since(Instant::now())),
-                None => return false,
-            }
+        if self.idle_now() {
+            return true;
         }
+        let deadline = Instant::now().checked_add(timeout);
+        let idle = &self.counters.idle;
+        let mut list = idle.list();
+        idle.waiters.fetch_add(1, Ordering::SeqCst);
+        let idle_now = loop {
+            // Read under the lock that a drain ending takes to signal.
+            if self.idle_now() {
+                break true;
+            }
+            list = match deadline {
+                None => idle.ended.wait(list).unwrap_or_else(|e| e.into_inner()),
+                Some(deadline) => {
+                    let Some(left) = deadline.checked_duration_since(Instant::now()).filter(|d| !d.is_zero())
+                    else {
+                        break false;
+                    };
+                    idle.ended.wait_timeout(list, left).unwrap_or_else(|e| e.into_inner()).0
+                }
+            };
+        };
+        idle.waiters.fetch_sub(1, Ordering::SeqCst);
+        drop(list);
+        idle_now
+    }
+
+    /// No drain runs: `in_flight` read `SeqCst` (an Acquire, for the
+    /// counts; sequentially consistent with the waiters' registration).
+    fn idle_now(&self) -> bool {
+        self.counters.in_flight.load(Ordering::SeqCst) == 0
     }
 
     /// Reads the reuse observer's counters.
@@ -348,15 +463,20 @@ pub(crate) struct Slot {
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        // Release: whoever reads this decrement (Acquire) sees the counts
-        // recorded before it.
-        self.stats.counters.in_flight.fetch_sub(1, Ordering::Release);
+        let c = &*self.stats.counters;
+        // SeqCst, a Release: whoever reads this decrement (Acquire) sees
+        // the counts recorded before it. The waiters are read after it
+        // (see `Idle`), and only the last drain wakes them.
+        if c.in_flight.fetch_sub(1, Ordering::SeqCst) == 1 && c.idle.waiters.load(Ordering::SeqCst) > 0 {
+            c.idle.wake_all();
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::future::Future;
 
     fn report(reason: Reason, bytes: u64) -> Report<'static> {
         Report {
@@ -404,5 +524,92 @@ mod tests {
         assert_eq!(stats.snapshot().in_flight, 2);
         drop(a);
         assert_eq!(stats.snapshot().in_flight, 1);
+    }
+
+    /// Counts its wakes.
+    struct Counting(std::sync::atomic::AtomicUsize);
+
+    impl std::task::Wake for Counting {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn wakes(c: &Counting) -> usize {
+        c.0.load(Ordering::SeqCst)
+    }
+
+    /// Waits (30 s at most) for `cond`.
+    fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !cond() {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    #[test]
+    fn wait_idle_is_woken_by_the_end_of_the_last_drain_and_not_before() {
+        let stats = DrainStats::default();
+        let (a, b) = (stats.try_acquire(2).unwrap(), stats.try_acquire(2).unwrap());
+        let counting = Arc::new(Counting(Default::default()));
+        let waker = Waker::from(counting.clone());
+        let mut cx = Context::from_waker(&waker);
+        let mut wait = std::pin::pin!(stats.wait_idle(Duration::from_secs(3600)));
+        assert!(wait.as_mut().poll(&mut cx).is_pending(), "two drains run");
+        drop(a);
+        // What a polling loop would have done by now, many times over.
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(wakes(&counting), 0, "a waiter is not woken while a drain runs: it costs nothing");
+        assert_eq!(wait.as_mut().poll(&mut cx), Poll::Pending, "one drain still runs");
+        drop(b);
+        wait_until("the wake of the last drain's end", || wakes(&counting) > 0);
+        assert_eq!(wait.as_mut().poll(&mut cx), Poll::Ready(true), "idle, well before the timeout");
+        assert_eq!(stats.counters.idle.waiters.load(Ordering::SeqCst), 0, "the waiter is gone");
+    }
+
+    #[test]
+    fn a_dropped_wait_idle_leaves_no_waker_behind() {
+        let stats = DrainStats::default();
+        let slot = stats.try_acquire(1).unwrap();
+        let mut cx = Context::from_waker(Waker::noop());
+        let mut wait = Box::pin(stats.wait_idle(Duration::from_secs(3600)));
+        assert!(wait.as_mut().poll(&mut cx).is_pending());
+        assert_eq!(stats.counters.idle.list().wakers.len(), 1, "registered");
+        drop(wait);
+        assert!(stats.counters.idle.list().wakers.is_empty(), "removed with its waiter");
+        assert_eq!(stats.counters.idle.waiters.load(Ordering::SeqCst), 0);
+        drop(slot);
+    }
+
+    #[test]
+    fn wait_idle_times_out_while_a_drain_runs() {
+        let stats = DrainStats::default();
+        let _slot = stats.try_acquire(1).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        assert!(!rt.block_on(stats.wait_idle(Duration::from_millis(20))), "no timer of tokio's needed");
+        assert!(!stats.wait_idle_blocking(Duration::from_millis(20)));
+    }
+
+    #[test]
+    fn wait_idle_blocking_returns_when_the_last_drain_ends() {
+        let stats = DrainStats::default();
+        let slot = stats.try_acquire(1).unwrap();
+        let returned = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let waiter = std::thread::spawn({
+            let (stats, returned) = (stats.clone(), returned.clone());
+            move || {
+                let idle = stats.wait_idle_blocking(Duration::from_secs(3600));
+                returned.store(true, Ordering::SeqCst);
+                idle
+            }
+        });
+        wait_until("the waiter to wait", || stats.counters.idle.waiters.load(Ordering::SeqCst) == 1);
+        assert!(!returned.load(Ordering::SeqCst), "a drain runs");
+        drop(slot);
+        wait_until("wait_idle_blocking to return, woken by the end of the drain", || {
+            returned.load(Ordering::SeqCst)
+        });
+        assert!(waiter.join().unwrap(), "idle");
     }
 }

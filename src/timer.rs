@@ -136,6 +136,30 @@ impl Drop for Deadline {
     }
 }
 
+/// Wakes `wakers` from the timer thread, as soon as it can: for code that
+/// must run no waker itself (the end of the last drain, which may come in a
+/// body's drop or a runtime's shutdown). When no thread can be started,
+/// wakes them here, each guarded against a panic, unless this thread is
+/// unwinding already (a second panic would abort the process).
+pub(crate) fn wake_soon(wakers: Vec<Waker>) {
+    if wakers.is_empty() {
+        return;
+    }
+    let now = Instant::now();
+    let mut left = Vec::new();
+    {
+        let mut timers = timers();
+        for waker in wakers {
+            if let Err(waker) = timers.register(now, waker) {
+                left.push(waker);
+            }
+        }
+    }
+    if !std::thread::panicking() {
+        left.into_iter().for_each(wake_guarded);
+    }
+}
+
 /// Wakes `waker`; a waker that panics (an executor's bug) stops neither
 /// the caller nor the other wakers.
 fn wake_guarded(waker: Waker) {
@@ -187,12 +211,6 @@ fn run() {
         let wait = next.saturating_duration_since(now);
         timers = EARLIER.wait_timeout(timers, wait).unwrap_or_else(|e| e.into_inner()).0;
     }
-}
-
-/// Waits until `at`.
-pub(crate) async fn sleep_until(at: Instant) {
-    let mut deadline = Deadline::at(at);
-    std::future::poll_fn(|cx| deadline.poll_elapsed(cx)).await;
 }
 
 #[cfg(test)]
@@ -308,5 +326,25 @@ mod tests {
         woken(&panicking, 2, "the second panicking waker is woken too");
         woken(&working, 1, "a deadline due with a panicking waker still fires");
         assert!(third.poll_elapsed(&mut Context::from_waker(&ok)).is_ready());
+    }
+
+    #[test]
+    fn wake_soon_wakes_from_the_timer_thread() {
+        let (tx, rx) = std::sync::mpsc::channel::<Waker>();
+        let handing = std::thread::spawn(move || {
+            let waker = rx.recv().unwrap();
+            wake_soon(vec![waker]);
+        });
+        let mut sent = false;
+        // Woken by nothing but `wake_soon`, on a runtime without a timer.
+        runtime_without_timer().block_on(std::future::poll_fn(|cx| {
+            if sent {
+                return Poll::Ready(());
+            }
+            sent = true;
+            tx.send(cx.waker().clone()).unwrap();
+            Poll::Pending
+        }));
+        handing.join().unwrap();
     }
 }
