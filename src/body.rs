@@ -7,12 +7,11 @@ use bytes::Buf;
 use http::Response;
 use http_body::{Body, Frame, SizeHint};
 
-use crate::drain;
+use crate::drain::{self, Start};
 use crate::outcome::Reason;
 use crate::policy::{self, Decision};
 use crate::request::RequestInfo;
 use crate::response::{self, DropContext};
-use crate::sizing;
 
 /// Response body of [`DrainOnDrop`]: forwards every frame of the inner body
 /// unchanged, and when dropped before its end hands the rest to a background
@@ -98,18 +97,17 @@ where
     let (decision, decided_with) = policy::decide(ctx.shared(), &at, Instant::now());
     let view = ctx.view(decided_with);
     match decision {
-        Decision::Drain(budget) => drain::start(inner, budget, ctx, view),
+        Decision::Drain(budget) => drain::start(inner, Start::Budget(budget), ctx, view),
         Decision::Skip(reason) => {
-            // An HTTP/2 skip resets the stream: paced, unless it cannot wait
-            // (see `http2.rs`); past the pace the body is drained instead,
-            // past its budget. Switched off, the layer is not there.
+            // An HTTP/2 skip resets the stream: when its connection can
+            // remember the reset, unless it cannot wait (see `http2.rs`).
+            // Switched off, the layer is not there.
             if ctx.http2() && reason != Reason::Disabled {
                 let now = Instant::now();
-                if !policy::reset_is_paced(reason) || at.unwinding {
-                    policy::note_reset(ctx.shared(), ctx.origin(), now);
-                } else if !policy::may_reset(ctx.shared(), ctx.origin(), now) {
-                    let budget = decided_with.unwrap_or_else(|| sizing::fixed(&ctx.shared().config.budgets));
-                    return drain::start_paced(inner, sizing::paced(budget), ctx, view);
+                if !policy::waits_for_room(reason) || at.unwinding {
+                    ctx.streams().note_reset(now);
+                } else if let Err(ask_at) = policy::may_reset(&ctx, now) {
+                    return drain::start(inner, Start::WaitForRoom { reason, ask_at }, ctx, view);
                 }
             }
             drain::drop_for_a_drain(inner);

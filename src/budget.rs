@@ -74,11 +74,6 @@ pub(crate) struct Allowance {
 }
 
 impl Allowance {
-    /// The time budget it was started with.
-    pub(crate) fn max_time(&self) -> Duration {
-        self.deadline.map_or(Duration::MAX, |at| at.saturating_duration_since(self.dropped_at))
-    }
-
     /// Starts counting `budget` at `dropped_at`.
     pub(crate) fn from_drop(budget: DrainBudget, dropped_at: std::time::Instant) -> Self {
         Allowance {

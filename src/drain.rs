@@ -11,6 +11,11 @@
 //! The time budget counts from the drop and is checked before every frame,
 //! in the drop and on the task alike, so the outcome is known within
 //! `max_time` of the drop plus the time of one frame, whatever the body.
+//!
+//! HTTP/2 is drained otherwise (`http2.rs` says why): the budgets do not
+//! apply; a body that does not end in the drop is reset as soon as its
+//! connection can remember the reset, and meanwhile read on (or, an
+//! open-ended stream, held unread).
 
 use std::cell::Cell;
 use std::future::poll_fn;
@@ -18,7 +23,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker, ready};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Buf;
 use http_body::Body;
@@ -26,83 +31,101 @@ use tokio::runtime::Handle;
 
 use crate::budget::{Allowance, DrainBudget, Spending};
 use crate::event::OriginView;
+use crate::http2::MAX_WAIT;
 use crate::outcome::Reason;
 use crate::policy;
 use crate::response::DropContext;
 use crate::runtime;
-use crate::sizing;
 use crate::stats::Slot;
 use crate::timer::Deadline;
 
-/// Drains `body` within `budget`, counted from now (the drop): hyper's body
+/// How a drain starts.
+pub(crate) enum Start {
+    /// Read within this budget (counted from the drop). On HTTP/2 the
+    /// budget does not apply: what has arrived is read in the drop, and a
+    /// body that has to wait for more is reset (or waits for room to be).
+    Budget(DrainBudget),
+    /// HTTP/2: a drop skipped for `reason`, whose reset found no room:
+    /// wait for room, asking again at `ask_at`.
+    WaitForRoom { reason: Reason, ask_at: Instant },
+}
+
+/// Drains `body` as `start` says, counted from now (the drop): hyper's body
 /// first here, as far as it has arrived; then, if it has to wait for the
 /// server (or is another body), on a task, if the cap and a runtime let it.
 /// Never blocks and never waits.
-pub(crate) fn start<B>(body: Pin<Box<B>>, budget: DrainBudget, ctx: DropContext, view: Option<OriginView>)
+pub(crate) fn start<B>(body: Pin<Box<B>>, start: Start, mut ctx: DropContext, view: Option<OriginView>)
 where
     B: Body + Send + 'static,
 {
-    begin(body, budget, ctx, view, false);
-}
-
-/// [`start`] for an HTTP/2 body whose reset its origin's pace refused: the
-/// drain runs within `budget` (`sizing::paced`) and reaching the end counts
-/// `paced_to_end`.
-pub(crate) fn start_paced<B>(
-    body: Pin<Box<B>>,
-    budget: DrainBudget,
-    ctx: DropContext,
-    view: Option<OriginView>,
-) where
-    B: Body + Send + 'static,
-{
-    begin(body, budget, ctx, view, true);
-}
-
-fn begin<B>(
-    body: Pin<Box<B>>,
-    budget: DrainBudget,
-    mut ctx: DropContext,
-    view: Option<OriginView>,
-    paced: bool,
-) where
-    B: Body + Send + 'static,
-{
     let fetched = ctx.take_runtime();
+    let now = Instant::now();
+    let http2 = ctx.http2();
+    let (budget, wait) = match start {
+        Start::Budget(_) if http2 => (DrainBudget::new(u64::MAX, Duration::MAX), None),
+        Start::Budget(budget) => (budget, None),
+        Start::WaitForRoom { reason, ask_at } => {
+            (DrainBudget::new(u64::MAX, Duration::MAX), Some(Wait { reason, ask_at, since: now }))
+        }
+    };
     let mut drain = Drain {
-        allowance: Allowance::from_drop(budget, Instant::now()),
+        allowance: Allowance::from_drop(budget, now),
         body: Some(body),
         ctx,
         slot: None,
+        origin_slot: false,
         recorded: false,
         view,
         bytes: 0,
         first_wait: None,
         crossed: false,
         polled: false,
-        paced,
-        reset_noted: false,
+        wait,
+        reset_counted: false,
     };
-    if policy::runs_in_the_drop::<B>() {
+    if drain.wait.is_none() && policy::runs_in_the_drop::<B>() {
         // hyper's body does not panic; if it ever did, the drop must not.
         let mut cx = Context::from_waker(Waker::noop());
         match catch_unwind(AssertUnwindSafe(|| drain.poll_drain(&mut cx, None))) {
             Ok(Poll::Pending) => {}
-            // An HTTP/2 drain that gives up here may have to go on instead.
-            Ok(Poll::Ready(reason)) if !drain.go_on_past(reason) => return drain.finish(reason),
-            Ok(Poll::Ready(_)) => {}
+            Ok(Poll::Ready(reason)) => return drain.finish(reason),
             Err(_) => return drain.finish(Reason::BodyPanic),
+        }
+    }
+    // HTTP/2: a body that has to wait for the server is reset now, if its
+    // connection can remember the reset; else it waits for room.
+    if http2 && drain.wait.is_none() {
+        match policy::may_reset(&drain.ctx, now) {
+            Ok(()) => {
+                drain.reset_counted = true;
+                return drain.finish(Reason::Reset);
+            }
+            Err(ask_at) => drain.wait = Some(Wait { reason: Reason::Reset, ask_at, since: now }),
         }
     }
     let (runtime, fallback) = match runtime::for_drain(fetched, Handle::try_current().ok()) {
         Ok(runtimes) => runtimes,
         Err(refused) => return drain.finish(policy::cannot_wait(refused, drain.bytes > 0)),
     };
-    match policy::admit(drain.ctx.shared()) {
-        Some(slot) => drain.slot = Some(slot),
+    match policy::admit(drain.ctx.shared(), drain.ctx.origin().map(|o| &*o.origin)) {
+        Some((slot, origin_slot)) => (drain.slot, drain.origin_slot) = (Some(slot), origin_slot),
         None => return drain.finish(policy::cannot_wait(Reason::Saturated, drain.bytes > 0)),
     }
+    if drain.wait.is_some() {
+        drain.ctx.streams().hold();
+    }
     spawn(&runtime, drain, fallback);
+}
+
+/// HTTP/2: a drain whose reset waits for room (see `http2.rs`).
+#[derive(Clone, Copy, Debug)]
+struct Wait {
+    /// Why the stream is to be reset: the drain's reason if it is.
+    reason: Reason,
+    /// When to ask the room again.
+    ask_at: Instant,
+    /// When the wait began.
+    since: Instant,
 }
 
 /// Runs `drain` on a task of `runtime`. A runtime that has shut down drops
@@ -170,6 +193,8 @@ struct Drain<B> {
     allowance: Allowance,
     /// Its place under `max_concurrent_drains`, once it goes to a task.
     slot: Option<Slot>,
+    /// It also took one of its origin's share of those places.
+    origin_slot: bool,
     /// The outcome was recorded.
     recorded: bool,
     view: Option<OriginView>,
@@ -185,53 +210,71 @@ struct Drain<B> {
     /// The task ran: dropped without an outcome, it was cancelled rather
     /// than never run (read only then, by `Drop`).
     polled: bool,
-    /// HTTP/2: the drain runs past its budget, its reset refused by its
-    /// origin's pace (see `http2.rs`).
-    paced: bool,
-    /// HTTP/2: the pace let this drain's reset through (and noted it).
-    reset_noted: bool,
+    /// HTTP/2: its reset waits for room; it holds a stream meanwhile.
+    wait: Option<Wait>,
+    /// HTTP/2: the reset this drain ends with was counted by the room.
+    reset_counted: bool,
 }
 
 impl<B> Drain<B>
 where
     B: Body,
 {
-    /// The task's drain: reads until an outcome, waiting for the server
-    /// until the deadline (the crate's own timer, which needs no time
-    /// driver: see `timer.rs`).
+    /// The task's drain: every way a drain ends. Within its budget it reads
+    /// until an outcome, waiting for the server until the deadline (the
+    /// crate's own timer, which needs no time driver: see `timer.rs`).
+    /// Waiting for room (HTTP/2), it reads on (or holds the body unread, an
+    /// open-ended stream) until the body ends or the room lets the reset
+    /// through, asking again when the room says, for at most [`MAX_WAIT`].
     async fn run(&mut self) -> Reason {
+        let mut deadline = self.allowance.deadline.map(Deadline::at);
+        let Some(wait) = self.wait else {
+            return self.read(deadline.as_mut()).await;
+        };
+        let reads = policy::reads_while_waiting(wait.reason);
+        let give_up = wait.since + MAX_WAIT;
+        let mut ask_at = wait.ask_at;
         loop {
-            // Registered with the timer only if the body ever has to wait.
-            let mut deadline = self.allowance.deadline.map(Deadline::at);
-            // A panic of the body ends the drain here, counted, rather than
-            // unwinding into the runtime with the drain left to its `Drop`.
-            let reason = poll_fn(|cx| {
-                catch_unwind(AssertUnwindSafe(|| self.poll_drain(cx, deadline.as_mut())))
-                    .unwrap_or(Poll::Ready(Reason::BodyPanic))
+            let mut room = Deadline::at(ask_at.min(give_up));
+            let ended = poll_fn(|cx| {
+                if reads && let Poll::Ready(reason) = self.poll_guarded(cx, None) {
+                    return Poll::Ready(Some(reason));
+                }
+                room.poll_elapsed(cx).map(|()| None)
             })
             .await;
-            if !self.go_on_past(reason) {
-                return reason;
+            match ended {
+                // Read to the end while waiting: no reset needed.
+                Some(Reason::EndOfBody) => return Reason::PacedToEnd,
+                Some(reason) => return reason,
+                None => {}
+            }
+            let now = Instant::now();
+            // A body read meanwhile was drained in part: `reset`; one held
+            // unread keeps the reason it was skipped for.
+            let reason = if reads { Reason::Reset } else { wait.reason };
+            match policy::may_reset(&self.ctx, now) {
+                Ok(()) => {
+                    self.reset_counted = true;
+                    return reason;
+                }
+                Err(_) if now >= give_up => return reason,
+                Err(next) => ask_at = next,
             }
         }
     }
 
-    /// Whether a drain that ended with `reason` goes on, past its budget:
-    /// an HTTP/2 drain that gave up, whose reset its origin's pace refuses
-    /// (see `http2.rs`). Once.
-    fn go_on_past(&mut self, reason: Reason) -> bool {
-        let ctx = &self.ctx;
-        if self.paced || !ctx.http2() || !policy::reset_is_paced(reason) {
-            return false;
-        }
-        if policy::may_reset(ctx.shared(), ctx.origin(), Instant::now()) {
-            self.reset_noted = true;
-            return false;
-        }
-        self.paced = true;
-        let budget = DrainBudget::new(self.allowance.max_bytes, self.allowance.max_time());
-        self.allowance = Allowance::from_drop(sizing::paced(budget), self.allowance.dropped_at);
-        true
+    /// Reads within the budget until an outcome.
+    async fn read(&mut self, mut deadline: Option<&mut Deadline>) -> Reason {
+        poll_fn(|cx| self.poll_guarded(cx, deadline.as_deref_mut())).await
+    }
+
+    /// [`poll_drain`](Self::poll_drain), a panic of the body ending the
+    /// drain here, counted, rather than unwinding into the runtime with the
+    /// drain left to its `Drop`.
+    fn poll_guarded(&mut self, cx: &mut Context<'_>, deadline: Option<&mut Deadline>) -> Poll<Reason> {
+        catch_unwind(AssertUnwindSafe(|| self.poll_drain(cx, deadline)))
+            .unwrap_or(Poll::Ready(Reason::BodyPanic))
     }
 
     /// Reads and discards the frames of the body that are ready, until its
@@ -295,12 +338,19 @@ impl<B> Drain<B> {
         }
         self.recorded = true;
         let elapsed = self.allowance.dropped_at.elapsed();
-        let reason = if self.paced && reason == Reason::EndOfBody { Reason::PacedToEnd } else { reason };
-        if self.ctx.http2() && !self.reset_noted && policy::resets_the_stream(reason) {
-            policy::note_reset(self.ctx.shared(), self.ctx.origin(), Instant::now());
+        if self.ctx.http2() && !self.reset_counted && policy::resets_the_stream(reason) {
+            self.ctx.streams().note_reset(Instant::now());
         }
         self.teach_the_origin(reason);
         self.ctx.record(reason, self.bytes, elapsed, self.view);
+        if self.wait.is_some() && self.slot.is_some() {
+            self.ctx.streams().release();
+        }
+        if self.origin_slot
+            && let Some(origin) = self.ctx.origin()
+        {
+            origin.origin.give_back_slot();
+        }
         drop(self.slot.take());
     }
 }
@@ -318,7 +368,7 @@ impl<B> Drain<B> {
             return;
         }
         let bytes = self.bytes;
-        self.ctx.shared().origins.with(origin.id, |est| {
+        origin.origin.with(|est| {
             if let Some((at, before)) = sample {
                 est.record_drain(bytes - before, at.elapsed(), Instant::now());
             }

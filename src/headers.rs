@@ -13,7 +13,8 @@ use crate::shared::Config;
 /// sent events, and gRPC (`application/grpc`, `application/grpc+proto`, …),
 /// whose streams a client cancels by resetting them. An entry ending in `*`
 /// matches every media type that starts with what comes before it.
-pub(crate) const DEFAULT_STREAM_TYPES: [&str; 3] = ["text/event-stream", "application/grpc", "application/grpc+*"];
+pub(crate) const DEFAULT_STREAM_TYPES: [&str; 3] =
+    ["text/event-stream", "application/grpc", "application/grpc+*"];
 
 /// What the request said about its response's drain, and whether the
 /// response's headers describe its body's wire framing, for [`inspect`].
@@ -260,7 +261,11 @@ mod tests {
         assert_eq!(inspect(false, Version::HTTP_11, &h), None);
         for grpc in ["application/grpc", "Application/gRPC+proto", "application/grpc+json; charset=x"] {
             let h = headers(&[("content-type", grpc)]);
-            assert_eq!(inspect(false, Version::HTTP_2, &h), Some(Reason::Stream), "{grpc}: open-ended by default");
+            assert_eq!(
+                inspect(false, Version::HTTP_2, &h),
+                Some(Reason::Stream),
+                "{grpc}: open-ended by default"
+            );
         }
         for other in ["application/grpc-web", "application/grpc+", "application/json"] {
             let h = headers(&[("content-type", other)]);

@@ -1,33 +1,51 @@
-//! HTTP/2: why an early drop is drained there too, and how resets are
-//! paced.
+//! HTTP/2: what an early drop does to a stream, and when. Every rule of
+//! it lives here, beside the facts from h2 (0.4) it rests on; the policy
+//! and the drain ask this room and keep no HTTP/2 state of their own.
 //!
-//! Dropping an HTTP/2 body before its end makes hyper's h2 client send
-//! RST_STREAM(CANCEL) and remember the stream as reset for 1 s, at most 50
-//! streams (h2's `DEFAULT_RESET_STREAM_SECS`, `DEFAULT_RESET_STREAM_MAX`).
-//! DATA that arrives later for a stream it no longer remembers is answered
-//! with a reset of h2's own, which h2 counts against the connection, never
-//! forgetting; past 1,024 the client sends GOAWAY ENHANCE_YOUR_CALM
-//! "too_many_internal_resets" and every request in flight on the
-//! connection fails. With bodies in flight, a connection that resets more
-//! than 50 streams in a second forgets streams whose DATA is still coming.
+//! **The facts.** Dropping an HTTP/2 body before its end makes h2 send
+//! RST_STREAM(CANCEL): the server stops sending, the stream is freed, the
+//! connection is kept. h2 then remembers the stream as reset, at most
+//! `max_concurrent_reset_streams` of them (50 unless set: see
+//! [`ResetMemory`]), each for at least 1 s (`reset_stream_duration`), and
+//! ignores DATA still arriving for a stream it remembers. It does not
+//! evict: past its memory a newly reset stream is not remembered at all,
+//! and a remembered one is forgotten only when the connection task next
+//! clears expired streams (once per poll of the connection, which under
+//! load can come late). DATA for a forgotten stream is answered with a
+//! reset of h2's own (STREAM_CLOSED), counted against the connection and
+//! never forgotten: past 1,024 the client sends GOAWAY ENHANCE_YOUR_CALM
+//! "too_many_internal_resets" and every request in flight fails
+//! (hyperium/h2#856). A reset costs nothing when nothing more of the
+//! stream arrives: a stalled server's, one whose data has all arrived.
 //!
-//! So the layer drains HTTP/2 bodies as it does HTTP/1 ones, and a stream
-//! then ends normally; and every reset it causes itself (a body it does
-//! not drain, a drain that gives up) is paced: at most
-//! [`RESETS_PER_SECOND`] per origin in any second, well under the 50 h2
-//! remembers. A reset past the pace is not sent: the drain goes on, past
-//! its budget, to the end of the body, or for at most [`PACED_MAX_TIME`].
+//! **The rule.** On HTTP/2 a kept stream saves nothing (the connection is
+//! kept either way), so a body that does not end in the drop is reset
+//! there, as Go's client does, as long as the connection can remember the
+//! reset: the layer counts the resets of each origin over the last
+//! [`RESET_WINDOW`] and lets its own take at most [`ROOM_SHARE`] of the
+//! connection's reset memory ([`Streams::try_reset`]). Past that room the
+//! reset waits for room: an open-ended stream (see `stream_content_types`)
+//! is held unread meanwhile (the server sends at most its stream window,
+//! 2 MiB with hyper's defaults, then waits), any other body is read on, and
+//! one that ends meanwhile needs no reset. The wait ends within
+//! [`RESET_WINDOW`], when the oldest counted reset leaves it, or at
+//! [`MAX_WAIT`] at the latest.
 //!
-//! The budgets are HTTP/1's. Past them, only resets save bytes, and at most
-//! 25 a second per connection: a client that drops many large bodies a
-//! second reads nearly all of them, as if it read them itself (hyper's
-//! stream window is 2 MiB: a body that fits it is on its way whatever the
-//! client does). A drain holds one stream of the connection, never the
-//! connection; the server's `SETTINGS_MAX_CONCURRENT_STREAMS` bounds the
-//! streams drains and callers hold together (hyper queues new requests
-//! until one frees, as it does for callers that read their bodies), and
-//! `max_concurrent_drains` bounds the drains.
+//! **The bound on streams.** Drains waiting for room hold streams: at most
+//! [`HELD_STREAMS`] per origin before a new request to that origin waits
+//! (in its response future, before it is sent) until fewer do, as a caller
+//! reading its body would. So drains never take every stream of a
+//! connection (servers allow 100 or more; RFC 9113 advises no less), a
+//! server that announces no limit (Node's) is not flooded, and a request
+//! waits only while its origin's drops come faster than the room takes.
+//!
+//! A client told to remember more (`http2_reset_memory`) gives the room
+//! more: with 10,000 the layer resets thousands of drops a second and
+//! never waits, which is Go's rate.
 
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 /// A client whose HTTP/2 connections' reset memory can be set: how many
@@ -70,49 +88,152 @@ impl<F: FnMut(usize)> ResetMemory for F {
 /// otherwise (h2's `DEFAULT_RESET_STREAM_MAX`).
 pub(crate) const H2_RESET_MEMORY: usize = 50;
 
-/// Resets the layer lets an origin's connection send in any [`RESET_WINDOW`]:
-/// half the 50 reset streams h2 remembers for 1 s. h2 expires remembered
-/// streams only when its connection task runs next, a little after their
-/// second, so at K a second it may hold up to 2K at once: 25 never
-/// overflows (measured: 32 a second let 2 late frames through at 1 MiB and
-/// 64 callers, 40 let 11).
-pub(crate) const RESETS_PER_SECOND: usize = 25;
-/// The window the pace counts resets in: h2 remembers a reset stream this
-/// long.
-const RESET_WINDOW: Duration = Duration::from_secs(1);
-/// How long a drain goes on past its budget when its reset was refused: a
-/// body that ends does so well before (the server's concurrent-stream
-/// limit slows the callers down meanwhile); one that never ends (a server
-/// that stalls, an endless stream not listed as one) is reset then, as a
-/// reset the pace could not defer.
-pub(crate) const PACED_MAX_TIME: Duration = Duration::from_secs(30);
+/// How long the layer counts a reset against its connection's memory: h2
+/// remembers a reset stream for at least 1 s and forgets it only when the
+/// connection task next clears expired streams, which under load comes up
+/// to a second later (measured with 0.5.0's pace of 25 a second: 32 a
+/// second let late DATA through, so h2 held more than 50 at once).
+pub(crate) const RESET_WINDOW: Duration = Duration::from_secs(2);
 
-/// The last resets of one origin's streams, to keep them under
-/// [`RESETS_PER_SECOND`].
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct ResetPace {
-    /// When the last resets were let through, a ring.
-    at: [Option<Instant>; RESETS_PER_SECOND],
-    next: usize,
+/// The share of the connection's reset memory the layer's own resets take
+/// in any [`RESET_WINDOW`], in fifths: four (40 of h2's 50), leaving the
+/// rest for resets it does not see (requests cancelled before their heads,
+/// bodies that never came through it). So 40 drops at once are all reset,
+/// and 20 a second are, for as long as they come.
+pub(crate) const ROOM_SHARE: usize = 4;
+
+/// Drains waiting for room that may hold one origin's streams before new
+/// requests to it wait: few enough that they never take every stream a
+/// server allows (RFC 9113 advises at least 100; the tests run one that
+/// allows 8), enough that reading them keeps up with callers who would
+/// otherwise read their bodies themselves.
+pub(crate) const HELD_STREAMS: usize = 4;
+
+/// The longest a reset waits for room before it goes anyway: room comes
+/// within [`RESET_WINDOW`] unless many drains wait for it; this only keeps
+/// a drain from waiting for ever.
+pub(crate) const MAX_WAIT: Duration = Duration::from_secs(5);
+
+/// Granularity of the reset count: resets are counted by the interval they
+/// fall in, each for [`RESET_WINDOW`] plus one interval.
+const SLICE: Duration = Duration::from_millis(100);
+/// Slices kept: one more than the window covers.
+const SLICES: usize = 21;
+
+/// The resets of one origin's connection lately: counted by slice of time.
+#[derive(Debug, Default)]
+struct Room {
+    /// When each slice began (`None`: unused), a ring.
+    began: [Option<Instant>; SLICES],
+    count: [usize; SLICES],
+    /// The slice being filled.
+    last: usize,
 }
 
-impl ResetPace {
-    /// Lets a reset through `now` if fewer than [`RESETS_PER_SECOND`] were
-    /// in the last [`RESET_WINDOW`] (and notes it), or refuses it.
-    pub(crate) fn try_reset(&mut self, now: Instant) -> bool {
-        if self.at[self.next].is_some_and(|at| now.saturating_duration_since(at) < RESET_WINDOW) {
-            return false;
-        }
-        self.note(now);
-        true
+impl Room {
+    /// Whether the slice `i` still counts `now`.
+    fn counts(&self, i: usize, now: Instant) -> bool {
+        self.began[i].is_some_and(|at| now.saturating_duration_since(at) < RESET_WINDOW + SLICE)
     }
 
-    /// Notes a reset that happens `now` whatever the pace (one the layer
-    /// cannot defer).
-    pub(crate) fn note(&mut self, now: Instant) {
-        self.at[self.next] = Some(now);
-        self.next = (self.next + 1) % RESETS_PER_SECOND;
+    /// Resets counted `now`.
+    fn total(&self, now: Instant) -> usize {
+        (0..SLICES).filter(|&i| self.counts(i, now)).map(|i| self.count[i]).sum()
     }
+
+    /// Counts a reset made `now`.
+    fn add(&mut self, now: Instant) {
+        let current = self.began[self.last].is_some_and(|at| now.saturating_duration_since(at) < SLICE);
+        if !current {
+            self.last = (self.last + 1) % SLICES;
+            (self.began[self.last], self.count[self.last]) = (Some(now), 0);
+        }
+        self.count[self.last] += 1;
+    }
+
+    /// When the oldest slice counted `now` stops counting.
+    fn frees_at(&self, now: Instant) -> Instant {
+        let oldest = (0..SLICES).filter(|&i| self.counts(i, now)).filter_map(|i| self.began[i]).min();
+        oldest.map_or(now, |at| at + RESET_WINDOW + SLICE)
+    }
+}
+
+/// One origin's HTTP/2 streams, as far as the layer's drops touch them: the
+/// resets lately (the room), the drains that wait for room and hold a
+/// stream meanwhile, and the requests waiting for fewer of those.
+#[derive(Debug, Default)]
+pub(crate) struct Streams {
+    room: Mutex<Room>,
+    /// Drains waiting for room.
+    held: AtomicUsize,
+    /// Requests waiting for `held` to drop below [`HELD_STREAMS`].
+    waiting: Mutex<Vec<Waker>>,
+}
+
+impl Streams {
+    /// Lets a reset through `now` if the resets of the last [`RESET_WINDOW`]
+    /// leave room in a connection that remembers `memory` reset streams
+    /// (and counts it); otherwise says when to ask again.
+    pub(crate) fn try_reset(&self, memory: usize, now: Instant) -> Result<(), Instant> {
+        let mut room = lock(&self.room);
+        if room.total(now) < room_for(memory) {
+            room.add(now);
+            Ok(())
+        } else {
+            Err(room.frees_at(now))
+        }
+    }
+
+    /// Counts a reset made `now` whatever the room (one the layer cannot
+    /// defer: no slot or runtime to wait with, a drop while unwinding).
+    pub(crate) fn note_reset(&self, now: Instant) {
+        lock(&self.room).add(now);
+    }
+
+    /// A drain starts waiting for room, holding its stream.
+    pub(crate) fn hold(&self) {
+        self.held.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// A drain that waited for room is done with its stream: requests that
+    /// waited for fewer such drains go on.
+    pub(crate) fn release(&self) {
+        let before = self.held.fetch_sub(1, Ordering::AcqRel);
+        if before <= HELD_STREAMS {
+            let woken = std::mem::take(&mut *lock(&self.waiting));
+            woken.into_iter().for_each(Waker::wake);
+        }
+    }
+
+    /// `Ready` when a new request to this origin may be sent: fewer than
+    /// [`HELD_STREAMS`] drains wait for room. Otherwise `cx` is woken when
+    /// one is done.
+    pub(crate) fn poll_send(&self, cx: &mut Context<'_>) -> Poll<()> {
+        if self.held.load(Ordering::Acquire) < HELD_STREAMS {
+            return Poll::Ready(());
+        }
+        let mut waiting = lock(&self.waiting);
+        // Asked again under the lock `release` takes after its decrement:
+        // a release either sees this waker or happened before this load.
+        if self.held.load(Ordering::Acquire) < HELD_STREAMS {
+            return Poll::Ready(());
+        }
+        if !waiting.iter().any(|w| w.will_wake(cx.waker())) {
+            waiting.push(cx.waker().clone());
+        }
+        Poll::Pending
+    }
+}
+
+/// The resets the layer may make in a [`RESET_WINDOW`] on a connection
+/// that remembers `memory` reset streams.
+fn room_for(memory: usize) -> usize {
+    (memory / 5).saturating_mul(ROOM_SHARE).max(1)
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Plain counts and wakers: valid whatever a panic interrupted.
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 #[cfg(test)]
@@ -120,16 +241,55 @@ mod tests {
     use super::*;
 
     #[test]
-    fn at_most_the_pace_of_resets_goes_through_in_any_second() {
+    fn forty_resets_at_once_then_twenty_a_second() {
         let t0 = Instant::now();
-        let mut pace = ResetPace::default();
+        let streams = Streams::default();
         let ms = Duration::from_millis;
-        let through = (0..100).filter(|i| pace.try_reset(t0 + ms(*i))).count();
-        assert_eq!(through, RESETS_PER_SECOND, "within one second");
-        assert!(!pace.try_reset(t0 + ms(999)), "still the same second for the first one");
-        assert!(pace.try_reset(t0 + ms(1000)), "the first one's second is over");
-        assert!(!pace.try_reset(t0 + ms(1000)), "and only it");
-        let later = t0 + Duration::from_secs(5);
-        assert_eq!((0..100).filter(|_| pace.try_reset(later)).count(), RESETS_PER_SECOND);
+        let burst = (0..100).filter(|_| streams.try_reset(H2_RESET_MEMORY, t0).is_ok()).count();
+        assert_eq!(burst, 40, "four fifths of h2's 50 at once");
+        let again = streams.try_reset(H2_RESET_MEMORY, t0 + ms(1999)).unwrap_err();
+        assert!(again >= t0 + RESET_WINDOW, "no room until the burst leaves the window: {:?}", again - t0);
+        assert!(streams.try_reset(H2_RESET_MEMORY, again).is_ok(), "room once it left");
+        // Sustained: one every 10 ms for 10 s; at most 40 in any 2 s.
+        let start = t0 + Duration::from_secs(10);
+        let through: Vec<Instant> = (0..1000)
+            .map(|i| start + ms(10 * i))
+            .filter(|&at| streams.try_reset(H2_RESET_MEMORY, at).is_ok())
+            .collect();
+        for (i, at) in through.iter().enumerate() {
+            let in_window = through[i..].iter().take_while(|b| **b - *at < RESET_WINDOW).count();
+            assert!(in_window <= 40, "{in_window} resets within {RESET_WINDOW:?} from {:?}", *at - start);
+        }
+        assert!(through.len() >= 150, "about 20 a second for 10 s: {}", through.len());
+    }
+
+    #[test]
+    fn a_larger_memory_gives_a_larger_room_and_noted_resets_count() {
+        let now = Instant::now();
+        let streams = Streams::default();
+        assert_eq!((0..10_000).filter(|_| streams.try_reset(10_000, now).is_ok()).count(), 8_000);
+        let s = Streams::default();
+        (0..40).for_each(|_| s.note_reset(now));
+        assert!(s.try_reset(H2_RESET_MEMORY, now).is_err(), "resets the layer could not defer take room too");
+    }
+
+    #[test]
+    fn requests_wait_while_held_streams_are_at_the_bound_and_go_on_when_one_is_released() {
+        let streams = Streams::default();
+        let woken = std::sync::Arc::new(AtomicUsize::new(0));
+        struct Count(std::sync::Arc<AtomicUsize>);
+        impl std::task::Wake for Count {
+            fn wake(self: std::sync::Arc<Self>) {
+                self.0.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        let waker = Waker::from(std::sync::Arc::new(Count(woken.clone())));
+        let mut cx = Context::from_waker(&waker);
+        (0..HELD_STREAMS).for_each(|_| streams.hold());
+        assert!(streams.poll_send(&mut cx).is_pending());
+        assert!(streams.poll_send(&mut cx).is_pending(), "registered once");
+        streams.release();
+        assert_eq!(woken.load(Ordering::SeqCst), 1);
+        assert!(streams.poll_send(&mut cx).is_ready());
     }
 }

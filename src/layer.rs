@@ -343,14 +343,16 @@ impl DrainOnDropLayer {
     /// recently used forgotten first; never the userinfo.
     pub fn origins(&self) -> Vec<OriginSnapshot> {
         let budgets = &self.shared.config.budgets;
-        let snapshot = |(origin, est): (String, Estimates)| {
+        let snapshot = |origin: std::sync::Arc<crate::origin::Origin>| {
+            let est: Estimates = origin.with(|est| *est);
+            let origin = origin.name();
             // As a drop of a body the size of the byte budget would get it,
             // without spending a probe.
             let sized = sizing::for_origin(budgets, &est, budgets.max_bytes(), None);
             let budget = sizing::depends_on_origin(budgets, &sized).then_some(sized.budget);
             OriginSnapshot::new(origin, &est, budgets.adaptive(), budget)
         };
-        self.shared.origins.snapshot().into_iter().map(snapshot).collect()
+        self.shared.origins.all().into_iter().map(snapshot).collect()
     }
 
     /// Notes a request about to be sent outside the layer (by reqwest, by

@@ -84,17 +84,21 @@ macro_rules! reasons {
 reasons! {
     /// The drain read the body to its end.
     EndOfBody = "end_of_body", Drained;
-    /// HTTP/2: the drain's budget ran out (or the body was not to be
-    /// drained), but its origin's connection had sent as many resets as it
-    /// can afford in a second (h2 counts DATA for forgotten reset streams
-    /// against the connection, and past 1,024 fails it), so the drain went
-    /// on past its budget and read the body to its end.
+    /// HTTP/2: the body was to be reset, but its origin's connection could
+    /// remember no more resets for a while (h2 counts DATA for forgotten
+    /// reset streams against the connection, and past 1,024 fails it), so
+    /// it was read on meanwhile, past the budgets, and ended.
     PacedToEnd = "paced_to_end", Drained;
 
     /// More than the byte budget would have had to be read.
     OverBytes = "over_bytes", Abandoned;
     /// The time budget ran out.
     OverTime = "over_time", Abandoned;
+    /// HTTP/2: the stream was reset (RST_STREAM CANCEL: the server stops
+    /// sending, the connection is kept) once its connection could remember
+    /// the reset: at the drop, after reading what had arrived, or later,
+    /// after reading on while the reset waited for room.
+    Reset = "reset", Abandoned;
     /// The runtime shut down while the drain ran.
     RuntimeShutdown = "runtime_shutdown", Abandoned;
     /// The drop read what had already arrived of hyper's body, then the rest

@@ -13,9 +13,9 @@ use std::time::Instant;
 use http_body::SizeHint;
 
 use crate::budget::DrainBudget;
-use crate::http2::ResetPace;
-use crate::origin::OriginAt;
+use crate::origin::{Origin, OriginAt};
 use crate::outcome::Reason;
+use crate::response::DropContext;
 use crate::shared::Shared;
 use crate::sizing;
 use crate::stats::Slot;
@@ -64,20 +64,18 @@ pub(crate) fn decide(shared: &Shared, at: &AtDrop, now: Instant) -> (Decision, O
     if let Some(reason) = at.head {
         return (Decision::Skip(reason), None);
     }
-    let sized = match (at.request_budget, at.origin) {
+    let sized = match (at.request_budget, &at.origin) {
         (Some(budget), _) => plain(budget),
         (None, None) => plain(sizing::fixed(budgets)),
         (None, Some(origin)) if budgets.adaptive() => {
             let size = at.remaining.exact().map_or(budgets.max_bytes(), |rest| rest.saturating_add(at.read));
-            let sized =
-                shared.origins.with(origin.id, |est| sizing::for_origin(budgets, est, size, Some(now)));
-            sized.unwrap_or_else(|| plain(sizing::following_round_trip(budgets, origin.round_trip)))
+            origin.origin.with(|est| sizing::for_origin(budgets, est, size, Some(now)))
         }
         (None, Some(origin)) => plain(sizing::following_round_trip(budgets, origin.round_trip)),
     };
     let decision = with_budget(&sized, at);
-    if let (Decision::Drain(_), true, Some(origin)) = (&decision, sized.adaptive, at.origin) {
-        shared.origins.with(origin.id, |est| est.spend(sized.probe, now));
+    if let (Decision::Drain(_), true, Some(origin)) = (&decision, sized.adaptive, &at.origin) {
+        origin.origin.with(|est| est.spend(sized.probe, now));
     }
     (decision, Some(sized.budget))
 }
@@ -107,51 +105,35 @@ fn with_budget(sized: &sizing::Sized, at: &AtDrop) -> Decision {
     Decision::Drain(budget)
 }
 
-/// Whether an early drop skipped, or a drain given up, for `reason` is one
-/// the layer chose and could instead drain on: only then is an HTTP/2
-/// reset paced (see `http2.rs`). A drop the user switched off, one made
-/// while unwinding, a drain without a slot or a runtime, and a broken body
-/// are reset as hyper alone would.
-pub(crate) fn reset_is_paced(reason: Reason) -> bool {
-    matches!(
-        reason,
-        Reason::DeclaredOverBudget
-            | Reason::Stream
-            | Reason::ReconnectCheaper
-            | Reason::OverBytes
-            | Reason::OverTime
-    )
+/// HTTP/2: whether the stream of a drop skipped for `reason` waits for room
+/// to be reset (see `http2.rs`): only when skipping was the layer's own
+/// choice, which it can defer. A drop the user switched off, one made while
+/// unwinding, and a drain without a slot or a runtime are reset at once,
+/// as hyper alone would.
+pub(crate) fn waits_for_room(reason: Reason) -> bool {
+    matches!(reason, Reason::DeclaredOverBudget | Reason::Stream | Reason::ReconnectCheaper | Reason::Reset)
 }
 
-/// Whether an HTTP/2 drain that ended with `reason` resets its stream as
-/// its body is dropped: every ending but the body's own end and a body
-/// that broke (reset by the server, or failed).
+/// HTTP/2: whether a body whose reset waits for room is read on meanwhile
+/// (it may end, and then needs no reset), or held unread: an open-ended
+/// stream does not end, and unread its server sends at most the stream's
+/// window.
+pub(crate) fn reads_while_waiting(reason: Reason) -> bool {
+    reason != Reason::Stream
+}
+
+/// HTTP/2: whether a drain that ended with `reason` leaves its stream to be
+/// reset as its body is dropped: every ending but the body's own end and a
+/// body that broke (reset by the server, or failed).
 pub(crate) fn resets_the_stream(reason: Reason) -> bool {
     !matches!(reason, Reason::EndOfBody | Reason::PacedToEnd | Reason::BodyError | Reason::BodyPanic)
 }
 
-/// Whether the layer may reset an HTTP/2 stream of `origin` `now`: fewer
-/// than `http2::RESETS_PER_SECOND` went through in the last second (this
-/// one is then noted). Refused, the body is drained on, past its budget
-/// (`sizing::paced`).
-pub(crate) fn may_reset(shared: &Shared, origin: Option<OriginAt>, now: Instant) -> bool {
-    with_pace(shared, origin, |pace| pace.try_reset(now))
-}
-
-/// Notes an HTTP/2 reset the layer cannot defer (a drain without a slot or
-/// a runtime, a drop while unwinding, a broken body): it counts against the
-/// pace all the same.
-pub(crate) fn note_reset(shared: &Shared, origin: Option<OriginAt>, now: Instant) {
-    with_pace(shared, origin, |pace| pace.note(now));
-}
-
-/// Runs `f` on the reset pace of `origin`, or, for a response with no
-/// origin in the table, on the layer's own.
-fn with_pace<R>(shared: &Shared, origin: Option<OriginAt>, mut f: impl FnMut(&mut ResetPace) -> R) -> R {
-    if let Some(r) = origin.and_then(|origin| shared.origins.with(origin.id, |est| f(est.resets()))) {
-        return r;
-    }
-    f(&mut shared.resets_without_origin.lock().unwrap_or_else(|e| e.into_inner()))
+/// HTTP/2: whether the stream of the response `ctx` describes may be reset
+/// `now`, its connection able to remember the reset (then counted), or
+/// when to ask again (see `http2.rs`).
+pub(crate) fn may_reset(ctx: &DropContext, now: Instant) -> Result<(), Instant> {
+    ctx.streams().try_reset(ctx.shared().config.reset_memory, now)
 }
 
 /// Whether the drop may run code of a body of type `B`: only of hyper's
@@ -165,10 +147,27 @@ pub(crate) fn runs_in_the_drop<B: 'static>() -> bool {
 }
 
 /// Admits a drain that has to wait for the server to the background, under
-/// `max_concurrent_drains`: its slot, or `None` (`saturated`) when that many
-/// drains are running. A drain that ends in the drop holds no slot.
-pub(crate) fn admit(shared: &Shared) -> Option<Slot> {
-    shared.stats.try_acquire(shared.config.max_concurrent_drains)
+/// `max_concurrent_drains`, of which one origin may take at most half (so
+/// that one origin's drops never leave none for the others): its slot, and
+/// whether it took one of `origin`'s; `None` (`saturated`) when there is no
+/// room. A drain that ends in the drop holds no slot.
+pub(crate) fn admit(shared: &Shared, origin: Option<&Origin>) -> Option<(Slot, bool)> {
+    let cap = shared.config.max_concurrent_drains;
+    let share = cap.div_ceil(2).max(1);
+    let took = match origin {
+        Some(origin) if !origin.try_take_slot(share) => return None,
+        Some(_) => true,
+        None => false,
+    };
+    match shared.stats.try_acquire(cap) {
+        Some(slot) => Some((slot, took)),
+        None => {
+            if let (true, Some(origin)) = (took, origin) {
+                origin.give_back_slot();
+            }
+            None
+        }
+    }
 }
 
 /// Why a drain that had to wait for the server could not: `refused` says
@@ -270,11 +269,11 @@ mod tests {
         );
         let s = shared(10, ms(50), 1);
         assert_eq!(skip(&s, &at(None, 10)), None, "exactly the budget is drained");
-        let running = admit(&s).expect("one slot");
-        assert!(admit(&s).is_none(), "the cap holds");
+        let running = admit(&s, None).expect("one slot");
+        assert!(admit(&s, None).is_none(), "the cap holds");
         assert_eq!(skip(&s, &at(None, 1)), None, "the cap is asked only of a drain that has to wait");
         drop(running);
-        assert!(admit(&s).is_some(), "slot freed");
+        assert!(admit(&s, None).is_some(), "slot freed");
     }
 
     #[test]
@@ -295,8 +294,9 @@ mod tests {
         layer.config.budgets.set_adaptive();
         let target =
             layer.origins.target(&"http://lan.example/".parse().unwrap(), &http::HeaderMap::new()).unwrap();
-        let (id, ()) = layer.origins.at_response(&target, record).unwrap();
-        (layer, OriginAt { id, round_trip: None })
+        let origin = layer.origins.find(&target).unwrap();
+        origin.with(record);
+        (layer, OriginAt { origin, round_trip: None })
     }
 
     #[test]
@@ -320,8 +320,9 @@ mod tests {
                 est.record_outcome(false);
             }
         });
-        let misses = || layer.origins.with(origin.id, |est| est.misses()).unwrap();
-        let unwinding = AtDrop { origin: Some(origin), unwinding: true, ..at(None, 100) };
+        let est = origin.origin.clone();
+        let misses = || est.with(|est| est.misses());
+        let unwinding = AtDrop { origin: Some(origin.clone()), unwinding: true, ..at(None, 100) };
         assert_eq!(decide(&layer, &unwinding, Instant::now()).0, Decision::Skip(Reason::Unwinding));
         assert_eq!(misses(), 8, "a skipped drop spends no probe");
         let drains = AtDrop { origin: Some(origin), ..at(None, 100) };

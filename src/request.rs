@@ -10,7 +10,7 @@ use http::{Extensions, HeaderMap, Request, Uri};
 use crate::budget::DrainBudget;
 use crate::event::{self, Trace};
 use crate::headers::RequestSays;
-use crate::origin::{OriginKey, Target};
+use crate::origin::{Origin, OriginKey};
 use crate::shared::Shared;
 
 /// What `call` learns from the request, for its response's body.
@@ -22,7 +22,7 @@ pub(crate) struct RequestInfo {
     /// The span and origin for the drop's event, when DEBUG is enabled.
     pub(crate) trace: Option<Box<Trace>>,
     /// The request's origin, whose estimates its drain's budget follows.
-    pub(crate) target: Option<Target>,
+    pub(crate) origin: Option<Arc<Origin>>,
     /// When the request was called: the time to its response head is a
     /// sample of the origin's round trip.
     pub(crate) sent_at: Option<Instant>,
@@ -50,12 +50,13 @@ impl RequestInfo {
         let trace = event::debug_enabled().then(|| {
             Trace::capture(target.as_ref().map(|t| OriginKey::new(t.parts()).to_string()).unwrap_or_default())
         });
+        let origin = target.and_then(|target| shared.origins.find(&target));
         RequestInfo {
             shared: Arc::clone(shared),
             says: RequestSays::read(headers),
             budget: if extensions.is_empty() { None } else { extensions.get::<DrainBudget>().copied() },
             trace,
-            target,
+            origin,
             sent_at: Some(Instant::now()),
         }
     }
@@ -69,7 +70,7 @@ impl RequestInfo {
             says: RequestSays::no_request(hyper_body),
             budget: None,
             trace: event::debug_enabled().then(|| Trace::capture(String::new())),
-            target: None,
+            origin: None,
             sent_at: None,
         }
     }

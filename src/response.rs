@@ -57,15 +57,15 @@ pub(crate) fn at_response<B: Body>(response: &mut Response<B>, request: RequestI
     }
     let observed = reuse.map(|conn| (conn.reused, conn.setup_time));
     let head_time = request.sent_at.map(|at| at.elapsed());
-    let origin = request.target.as_ref().and_then(|target| {
-        let (id, round_trip) = shared.origins.at_response(target, |est| {
+    let origin = request.origin.map(|origin| {
+        let round_trip = origin.with(|est| {
             if let Some(elapsed) = head_time {
                 est.record_head(elapsed);
             }
             est.record_connection(observed);
             est.round_trip()
-        })?;
-        Some(OriginAt { id, round_trip })
+        });
+        OriginAt { origin, round_trip }
     });
     if reuse.is_none() && shared.config.budgets.adaptive() {
         shared.warn_unobserved_once();
@@ -103,7 +103,7 @@ impl DropContext {
         AtDrop {
             head: self.head,
             request_budget: self.request_budget,
-            origin: self.origin,
+            origin: self.origin.clone(),
             remaining,
             read: self.caller_read,
             unwinding: std::thread::panicking(),
@@ -121,8 +121,13 @@ impl DropContext {
     }
 
     /// The response's origin.
-    pub(crate) fn origin(&self) -> Option<OriginAt> {
-        self.origin
+    pub(crate) fn origin(&self) -> Option<&OriginAt> {
+        self.origin.as_ref()
+    }
+
+    /// The HTTP/2 streams of the response's origin (see `http2.rs`).
+    pub(crate) fn streams(&self) -> &crate::http2::Streams {
+        self.shared.streams(self.origin.as_ref().map(|o| &*o.origin))
     }
 
     /// The response came on a reused connection (as an observer says).
@@ -140,8 +145,8 @@ impl DropContext {
     /// `budget`: read (one lock) only when the request found the event
     /// enabled.
     pub(crate) fn view(&self, budget: Option<DrainBudget>) -> Option<OriginView> {
-        let (origin, budget, _) = (self.origin?, budget?, self.trace.as_ref()?);
-        self.shared.origins.with(origin.id, |est| OriginView::of(est, budget))
+        let (origin, budget, _) = (self.origin.as_ref()?, budget?, self.trace.as_ref()?);
+        Some(origin.origin.with(|est| OriginView::of(est, budget)))
     }
 
     /// Counts `n` more data bytes read by the caller.

@@ -3,11 +3,11 @@
 //! policy, the body and the drain read it; the layer builds it.
 
 use std::fmt;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 
-use crate::http2::ResetPace;
-use crate::origin::Origins;
+use crate::http2::Streams;
+use crate::origin::{Origin, Origins};
 use crate::sizing;
 use crate::stats::DrainStats;
 
@@ -56,8 +56,8 @@ pub(crate) struct Shared {
     pub(crate) warned_unobserved: AtomicBool,
     /// The warning that a request named no origin was emitted.
     pub(crate) warned_unknown_origin: AtomicBool,
-    /// The pace of HTTP/2 resets of responses with no known origin.
-    pub(crate) resets_without_origin: Mutex<ResetPace>,
+    /// HTTP/2 streams of responses with no known origin (see `http2.rs`).
+    pub(crate) streams_without_origin: Streams,
 }
 
 impl Clone for Shared {
@@ -70,12 +70,17 @@ impl Clone for Shared {
             origins: self.origins.clone(),
             warned_unobserved: AtomicBool::new(false),
             warned_unknown_origin: AtomicBool::new(false),
-            resets_without_origin: Mutex::default(),
+            streams_without_origin: Streams::default(),
         }
     }
 }
 
 impl Shared {
+    /// The HTTP/2 streams of `origin`, or of the responses with none.
+    pub(crate) fn streams<'a>(&'a self, origin: Option<&'a Origin>) -> &'a Streams {
+        origin.map_or(&self.streams_without_origin, |o| &o.streams)
+    }
+
     /// In adaptive mode, a response came on a connection no observer
     /// opened: says so once per layer, at WARN, since adaptive mode then
     /// silently falls back to the default budget.

@@ -19,7 +19,6 @@
 use std::time::{Duration, Instant};
 
 use crate::budget::DrainBudget;
-use crate::http2;
 use crate::origin::{Estimates, Probe, RATE_SAMPLES};
 
 /// The default byte budget.
@@ -195,12 +194,6 @@ pub(crate) fn for_origin(config: &Settings, est: &Estimates, size: u64, now: Opt
         None => budget,
     };
     Sized { budget, adaptive: true, probe }
-}
-
-/// What a drain may spend past its budget once its HTTP/2 reset was
-/// refused (see `http2.rs`): the rest of the body, for a while.
-pub(crate) fn paced(budget: DrainBudget) -> DrainBudget {
-    DrainBudget::new(u64::MAX, budget.max_time.max(http2::PACED_MAX_TIME))
 }
 
 /// Whether an origin's budget, as [`for_origin`] gives it, depends on the

@@ -65,10 +65,12 @@ async fn with_the_layer_the_same_traffic_loses_nothing_on_one_connection() {
 }
 
 /// One caller, small bodies, TCP_NODELAY (the cell where hyper-util alone
-/// loses a request now and then): with the layer, every 64 KiB body is
-/// drained to its end, within its budgets, and the stream ends normally.
+/// loses a request now and then): with the layer, each 64 KiB body not at
+/// its end at the drop is reset while the connection can remember the
+/// reset (the first 40 at once), and read to its end past that; none is
+/// lost, nothing is read twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_64_kib_body_dropped_unread_is_drained_to_its_end() {
+async fn a_64_kib_body_is_reset_while_the_connection_remembers_resets_and_read_to_its_end_past_that() {
     const N: usize = 500;
     let (addr, accepted) = h2c_server(64 * KIB).await;
     let uri: http::Uri = format!("http://{addr}/").parse().unwrap();
@@ -77,7 +79,72 @@ async fn a_64_kib_body_dropped_unread_is_drained_to_its_end() {
     let run = h2_traffic(svc, uri, 1, N, false).await;
     assert_eq!((run.sent, run.failed), (N, 0), "{run:?}");
     let s = settle(&layer.stats(), SECONDS).await;
-    assert_eq!(s.count(Reason::EndOfBody), N as u64, "{s:?}");
-    assert_eq!(s.bytes_drained, (N * 64 * KIB) as u64, "every byte read, none twice: {s:?}");
+    let ended = s.count(Reason::EndOfBody) + s.count(Reason::PacedToEnd);
+    assert_eq!(ended + s.count(Reason::Reset), N as u64, "each drop ended or was reset: {s:?}");
+    assert!(s.count(Reason::Reset) >= 40, "the first 40 drops are reset at once: {s:?}");
+    assert!(ended > 0, "past the room, bodies are read to their end: {s:?}");
+    assert!(s.bytes_drained <= (N * 64 * KIB) as u64, "nothing read twice: {s:?}");
     assert_eq!(accepted.load(Ordering::SeqCst), 1);
+}
+
+/// An endless stream (server-sent events) is not read: dropped, it is reset
+/// while the connection can remember the reset, and past that held unread
+/// until it can. Drains that hold streams so stay at the bound the layer
+/// states (four per origin, plus one per caller that dropped a body while
+/// four were held): a caller's next request waits for one to end. Every
+/// drop ends as `stream`, with nothing read, and no request fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn endless_streams_are_reset_never_read_and_hold_at_most_the_bound_of_streams() {
+    const CALLERS: usize = 4;
+    const N: usize = 100;
+    let (addr, _) = accept_each(|io: hyper_util::rt::TokioIo<tokio::net::TcpStream>| async move {
+        let service = hyper::service::service_fn(|_req| async {
+            let events = Events::new();
+            let res =
+                http::Response::builder().header("content-type", "text/event-stream").body(events).unwrap();
+            Ok::<_, std::convert::Infallible>(res)
+        });
+        let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+            .serve_connection(io, service)
+            .await;
+    })
+    .await;
+    let uri: http::Uri = format!("http://{addr}/").parse().unwrap();
+    let layer = DrainOnDropLayer::new();
+    let stats = layer.stats();
+    let sampler = Sampler::start(stats.clone());
+    let svc = ServiceBuilder::new().layer(layer.clone()).service(h2_client());
+    let run = h2_traffic(svc.clone(), uri.clone(), CALLERS, N, false).await;
+    assert_eq!((run.sent, run.failed), (N, 0), "{run:?}");
+    let s = settle(&stats, SECONDS).await;
+    let most = sampler.stop();
+    assert_eq!(s.count(Reason::Stream), N as u64, "every endless stream reset, none drained: {s:?}");
+    assert_eq!(s.bytes_drained, 0, "nothing read: {s:?}");
+    assert!(most <= (4 + CALLERS) as u64, "at most 4 held streams, plus one per caller: {most}");
+    assert!(most > 0, "past the 40 resets the room allows at once, streams were held: {most}");
+    let mut svc = svc;
+    let res = tower::ServiceExt::oneshot(&mut svc, get(uri)).await.expect("the connection still serves");
+    assert_eq!(res.status(), 200);
+}
+
+/// An endless body of events, one every 10 ms, as an SSE server sends them.
+struct Events(tokio::time::Interval);
+
+impl Events {
+    fn new() -> Self {
+        Events(tokio::time::interval(std::time::Duration::from_millis(10)))
+    }
+}
+
+impl http_body::Body for Events {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        std::task::ready!(self.0.poll_tick(cx));
+        std::task::Poll::Ready(Some(Ok(http_body::Frame::data(Bytes::from_static(b"data: tick\n\n")))))
+    }
 }

@@ -24,8 +24,6 @@
 
 use std::time::{Duration, Instant};
 
-use crate::http2::ResetPace;
-
 /// Head times kept; the round trip is their minimum.
 pub(crate) const HEAD_SAMPLES: usize = 16;
 /// Drain rates kept; the throughput is their maximum.
@@ -77,8 +75,6 @@ pub(crate) struct Estimates {
     unobserved_responses: u64,
     /// Drains that gave up since the last one that reached the end.
     misses: u32,
-    /// The HTTP/2 resets the layer let through lately (`http2.rs`).
-    resets: ResetPace,
 }
 
 impl Estimates {
@@ -115,11 +111,6 @@ impl Estimates {
         self.rates[(self.rate_samples % RATE_SAMPLES as u64) as usize] = rate;
         self.rate_samples += 1;
         self.measured_at = Some(now);
-    }
-
-    /// The pace of this origin's HTTP/2 resets (see `http2.rs`).
-    pub(crate) fn resets(&mut self) -> &mut ResetPace {
-        &mut self.resets
     }
 
     /// Records whether a drain that ran reached the end (`true`) or gave up.

@@ -7,20 +7,74 @@ mod estimates;
 mod key;
 mod table;
 
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 pub(crate) use estimates::{Estimates, Probe, RATE_SAMPLES};
-pub(crate) use key::{OriginKey, Target};
-pub(crate) use table::{OriginId, Origins};
+pub(crate) use key::OriginKey;
+pub(crate) use table::Origins;
 
 use crate::budget::DrainBudget;
+use crate::http2;
 
-/// The response's origin, as its drop needs it: which entry of the table
-/// to record into, and the round trip the default budget follows, read at
-/// the response so that the drop takes no lock for it.
-#[derive(Clone, Copy, Debug)]
+/// One origin: its name, what the layer measured about it, and (HTTP/2)
+/// the resets its connection was asked to remember and the streams drains
+/// hold. Shared by the table and by the requests, responses and drains of
+/// the origin, which reach it without the table.
+pub(crate) struct Origin {
+    key: OriginKey,
+    /// The table's clock at this origin's last lookup (least recently used
+    /// forgotten first).
+    last_used: AtomicU64,
+    estimates: Mutex<Estimates>,
+    /// HTTP/2: see `http2.rs`.
+    pub(crate) streams: http2::Streams,
+    /// Drains of this origin holding a slot under `max_concurrent_drains`.
+    drains: AtomicUsize,
+}
+
+impl Origin {
+    fn new(key: OriginKey, now: u64) -> Self {
+        Origin {
+            key,
+            last_used: AtomicU64::new(now),
+            estimates: Mutex::default(),
+            streams: http2::Streams::default(),
+            drains: AtomicUsize::new(0),
+        }
+    }
+
+    /// Takes one of this origin's `share` of the drain slots, or says no.
+    pub(crate) fn try_take_slot(&self, share: usize) -> bool {
+        self.drains
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| (n < share).then_some(n + 1))
+            .is_ok()
+    }
+
+    /// Gives back a slot taken with [`try_take_slot`](Self::try_take_slot).
+    pub(crate) fn give_back_slot(&self) {
+        self.drains.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Runs `f` on the origin's estimates (one short lock, the origin's own).
+    pub(crate) fn with<R>(&self, f: impl FnOnce(&mut Estimates) -> R) -> R {
+        // A panic while holding the lock cannot leave plain figures invalid.
+        f(&mut self.estimates.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// `scheme://host:port`, never the userinfo.
+    pub(crate) fn name(&self) -> String {
+        self.key.to_string()
+    }
+}
+
+/// The response's origin, as its drop needs it: the origin, and the round
+/// trip the default budget follows, read when the head arrived so that the
+/// drop takes no lock for it.
+#[derive(Clone)]
 pub(crate) struct OriginAt {
-    pub(crate) id: OriginId,
+    pub(crate) origin: std::sync::Arc<Origin>,
     pub(crate) round_trip: Option<Duration>,
 }
 
