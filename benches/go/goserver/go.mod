@@ -1,0 +1,3 @@
+module drain-on-drop/goserver
+
+go 1.27
