@@ -686,3 +686,249 @@ where
     }
     Arc::try_unwrap(run).unwrap().into_inner().unwrap()
 }
+
+/// The message of every panic that means Node.js is missing or broken.
+pub const NODE_REQUIRED: &str = "Node.js (node, v20 or later, on PATH) is required by the HTTP/2 tests \
+     against a real Node server (apt-get install nodejs); they fail without it, they never skip";
+
+/// Node's own HTTP/2 server (`tests/node/h2server.js`, cleartext with prior
+/// knowledge), a child process on a free port of 127.0.0.1, with counters
+/// read at the server ([`stats`](Self::stats)). Killed and reaped when
+/// dropped; it also exits when its stdin closes, should the test process be
+/// killed first.
+pub struct NodeH2 {
+    pub port: u16,
+    child: std::process::Child,
+}
+
+impl NodeH2 {
+    /// Starts `node tests/node/h2server.js args...` (`--max-streams N`, or
+    /// nothing for Node's defaults) and waits for its `READY <port>`.
+    /// Panics with [`NODE_REQUIRED`] when Node cannot run it.
+    ///
+    /// With `NODE_H2_TAP=1` in the environment, for investigations, the
+    /// server runs with `--tap`: clients go through a relay that counts the
+    /// frames each way ([`NodeStats::tap`]), one more hop with buffers of
+    /// its own.
+    pub fn start(args: &[&str]) -> NodeH2 {
+        use std::io::BufRead;
+        use std::process::{Command, Stdio};
+
+        let tap = std::env::var_os("NODE_H2_TAP").is_some_and(|v| v == "1");
+        let args: Vec<&str> = args.iter().copied().chain(tap.then_some("--tap")).collect();
+
+        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/node/h2server.js");
+        let mut child = Command::new("node")
+            .arg(&script)
+            .args(&args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap_or_else(|e| panic!("could not run `node {}`: {e}. {NODE_REQUIRED}", script.display()));
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let read = std::io::BufReader::new(stdout).read_line(&mut line).map(|_| line);
+            let _ = tx.send(read);
+        });
+        // Node starts in well under a second; the deadline is for a loaded machine.
+        let line = rx.recv_timeout(4 * SLACK);
+        let mut node = NodeH2 { port: 0, child };
+        let port = match &line {
+            Ok(Ok(line)) => line.trim().strip_prefix("READY ").and_then(|p| p.parse().ok()),
+            _ => None,
+        };
+        let Some(port) = port else {
+            let status = node.child.try_wait();
+            panic!(
+                "`node {} {}` did not print READY <port> (read {line:?}, exit status {status:?}). {NODE_REQUIRED}",
+                script.display(),
+                args.join(" ")
+            );
+        };
+        node.port = port;
+        node
+    }
+
+    pub fn uri(&self, path: &str) -> Uri {
+        format!("http://127.0.0.1:{}{}", self.port, path).parse().unwrap()
+    }
+
+    /// The server's counters now, from `GET /stats` over HTTP/2 with a plain
+    /// hyper-util client of its own (a connection the counters leave out).
+    pub async fn stats(&self) -> NodeStats {
+        let client: Client<HttpConnector, Empty<Bytes>> =
+            Client::builder(TokioExecutor::new()).http2_only(true).build_http();
+        let body = tokio::time::timeout(4 * SLACK, async {
+            let res = client.request(get(self.uri("/stats"))).await.map_err(|e| format!("{e:?}"))?;
+            let body = read_all(res.into_body()).await.map_err(|e| format!("{e:?}"))?;
+            String::from_utf8(body).map_err(|e| format!("{e}"))
+        })
+        .await
+        .unwrap_or_else(|_| Err("no answer".to_string()))
+        .unwrap_or_else(|e| panic!("GET /stats from Node's HTTP/2 server on port {}: {e}", self.port));
+        NodeStats::parse(&body)
+    }
+
+    /// Polls [`stats`](Self::stats) until `cond` holds or `deadline` passes;
+    /// whether it held, and the last counters read.
+    pub async fn wait_stats(
+        &self,
+        deadline: Duration,
+        mut cond: impl FnMut(&NodeStats) -> bool,
+    ) -> (bool, NodeStats) {
+        let start = Instant::now();
+        loop {
+            let stats = self.stats().await;
+            if cond(&stats) {
+                return (true, stats);
+            }
+            if start.elapsed() >= deadline {
+                return (false, stats);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Drop for NodeH2 {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The counters of `tests/node/h2server.js` (its header says what each
+/// counts); requests to `/stats` and their connections are left out.
+#[derive(Clone, Debug, Default)]
+pub struct NodeStats {
+    pub streams_opened: u64,
+    pub streams_open: u64,
+    pub streams_max_open: u64,
+    /// Streams that ended normally (both sides done).
+    pub streams_ended: u64,
+    /// Streams closed by the client's RST_STREAM, by code.
+    pub rst_cancel: u64,
+    pub rst_stream_closed: u64,
+    pub rst_no_error: u64,
+    pub rst_other: u64,
+    pub rst_other_codes: String,
+    pub streams_closed_by_session: u64,
+    pub stream_errors: u64,
+    /// Streams the client opened that Node refused before they reached
+    /// JavaScript (gaps in each session's stream ids).
+    pub refused: u64,
+    pub sessions: u64,
+    pub sessions_closed: u64,
+    pub session_errors: u64,
+    pub sessions_broken: u64,
+    pub goaways_received: u64,
+    pub goaway_codes: String,
+    pub frame_errors: u64,
+    pub bytes_written: u64,
+    pub errors: String,
+    /// The frames the `--tap` relay saw (empty without it).
+    pub tap: String,
+}
+
+impl NodeStats {
+    /// Streams the client closed with RST_STREAM, whatever the code.
+    pub fn client_resets(&self) -> u64 {
+        self.rst_cancel + self.rst_stream_closed + self.rst_no_error + self.rst_other
+    }
+
+    /// Parses the flat JSON object of `/stats` (numbers and strings).
+    pub fn parse(json: &str) -> NodeStats {
+        let fields = flat_json(json).unwrap_or_else(|| panic!("/stats: not a flat JSON object: {json}"));
+        let num = |key: &str| -> u64 {
+            let v = fields.get(key).unwrap_or_else(|| panic!("/stats has no {key}: {json}"));
+            v.parse().unwrap_or_else(|_| panic!("/stats: {key} is {v:?}, not a count: {json}"))
+        };
+        let text = |key: &str| fields.get(key).cloned().unwrap_or_default();
+        NodeStats {
+            streams_opened: num("streams_opened"),
+            streams_open: num("streams_open"),
+            streams_max_open: num("streams_max_open"),
+            streams_ended: num("streams_ended"),
+            rst_cancel: num("rst_cancel"),
+            rst_stream_closed: num("rst_stream_closed"),
+            rst_no_error: num("rst_no_error"),
+            rst_other: num("rst_other"),
+            rst_other_codes: text("rst_other_codes"),
+            streams_closed_by_session: num("streams_closed_by_session"),
+            stream_errors: num("stream_errors"),
+            refused: num("refused"),
+            sessions: num("sessions"),
+            sessions_closed: num("sessions_closed"),
+            session_errors: num("session_errors"),
+            sessions_broken: num("sessions_broken"),
+            goaways_received: num("goaways_received"),
+            goaway_codes: text("goaway_codes"),
+            frame_errors: num("frame_errors"),
+            bytes_written: num("bytes_written"),
+            errors: text("errors"),
+            tap: text("tap"),
+        }
+    }
+}
+
+/// The fields of a flat JSON object whose values are numbers or strings,
+/// each value as text (strings unescaped); `None` if it is not one.
+fn flat_json(json: &str) -> Option<std::collections::BTreeMap<String, String>> {
+    fn string(chars: &mut std::iter::Peekable<std::str::Chars<'_>>) -> Option<String> {
+        let mut out = String::new();
+        loop {
+            match chars.next()? {
+                '"' => return Some(out),
+                '\\' => match chars.next()? {
+                    'n' => out.push('\n'),
+                    't' => out.push('\t'),
+                    'r' => out.push('\r'),
+                    'u' => {
+                        let hex: String = (0..4).filter_map(|_| chars.next()).collect();
+                        out.push(char::from_u32(u32::from_str_radix(&hex, 16).ok()?).unwrap_or('?'));
+                    }
+                    c => out.push(c),
+                },
+                c => out.push(c),
+            }
+        }
+    }
+    let mut fields = std::collections::BTreeMap::new();
+    let mut chars = json.trim().chars().peekable();
+    if chars.next()? != '{' {
+        return None;
+    }
+    loop {
+        match chars.find(|c| !c.is_whitespace())? {
+            '}' => return Some(fields),
+            ',' => continue,
+            '"' => {}
+            _ => return None,
+        }
+        let key = string(&mut chars)?;
+        if chars.find(|c| !c.is_whitespace())? != ':' {
+            return None;
+        }
+        while chars.peek()?.is_whitespace() {
+            chars.next();
+        }
+        let value = if *chars.peek()? == '"' {
+            chars.next();
+            string(&mut chars)?
+        } else {
+            let mut v = String::new();
+            while let Some(&c) = chars.peek() {
+                if c == ',' || c == '}' || c.is_whitespace() {
+                    break;
+                }
+                v.push(c);
+                chars.next();
+            }
+            v
+        };
+        fields.insert(key, value);
+    }
+}
