@@ -14,21 +14,33 @@ use crate::layer::DrainOnDropLayer;
 
 /// Drains the bodies of a `reqwest_middleware` client's responses dropped
 /// before their end, as the layer does for hyper-util's client: each
-/// response's drain follows its origin's round trip (timed from the
-/// middleware to the response head), honours the request's `Connection:
-/// close` and a [`DrainBudget`](crate::DrainBudget) given with
+/// response's drain follows the round trip of the origin it came from
+/// (timed from the middleware to the response head), honours the request's
+/// `Connection: close` and a [`DrainBudget`](crate::DrainBudget) given with
 /// `RequestBuilder::with_extension`, and is counted in the layer's stats.
 ///
 /// Put it last (innermost), after retry and tracing middleware, so that it
-/// sees every response, including the ones a retry middleware discards.
-/// What it cannot see: redirects and retries that happen inside reqwest
-/// itself (its own redirect policy drops 3xx bodies before any middleware
-/// runs; turn it off with `redirect::Policy::none()` to drain them), and,
-/// with reqwest's `gzip`, `brotli`, `deflate` or `zstd` decompression on,
-/// the wire: the body is the decompressed one, so `max_bytes` and
-/// `bytes_drained` count decompressed bytes, `Content-Length` is gone, and
-/// a body that inflates past the byte budget is given up (`over_bytes`)
-/// although its few compressed bytes may have been read to the end.
+/// sees every response, including the ones a retry middleware discards:
+/// further out, it never sees those, and their connections close.
+///
+/// A response reqwest got by following redirects is drained under the
+/// origin it came from (`Response::url()`), not the first request's (see
+/// [`Sending::redirected_to`](crate::Sending::redirected_to)). What it
+/// cannot see:
+///
+/// - the redirects and retries that happen inside reqwest itself: its own
+///   redirect policy drops 3xx bodies before any middleware runs (turn it
+///   off with `redirect::Policy::none()` to drain them);
+/// - connection reuse: reqwest's connector is private, so
+///   [`DrainStats::reuse`](crate::DrainStats::reuse) stays at zero and
+///   responses carry no [`ConnectionReuse`](crate::ConnectionReuse), and
+///   adaptive budgets, which need the connector, fall back to the default;
+/// - with reqwest's `gzip`, `brotli`, `deflate` or `zstd` decompression
+///   on, the wire: the body is the decompressed one, so `max_bytes` and
+///   `bytes_drained` count decompressed bytes, `Content-Length` is gone,
+///   and a body that inflates past the byte budget is given up
+///   (`over_bytes`) although its few compressed bytes may have been read
+///   to the end.
 ///
 /// ```no_run
 /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
@@ -59,8 +71,15 @@ impl Middleware for DrainOnDropLayer {
             // unknown (fixed budgets, one WARN), and the drain still runs.
             let uri = Uri::try_from(req.url().as_str()).unwrap_or_default();
             let sending = self.sending_head(&uri, req.headers(), extensions);
+            let asked = req.url().clone();
             let res = next.run(req, extensions).await?;
             let url = res.url().clone();
+            // reqwest followed redirects: drain under the origin that answered.
+            let sending = if url == asked {
+                sending
+            } else {
+                sending.redirected_to(&Uri::try_from(url.as_str()).unwrap_or_default())
+            };
             let mut res = sending.wrap_response(http::Response::from(res)).map(reqwest::Body::wrap);
             // `Response::url()` comes from an extension `From` drops.
             let (with_url, ()) = http::Response::builder().url(url).body(()).unwrap_or_default().into_parts();

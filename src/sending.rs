@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use http::Response;
+use http::{Extensions, HeaderMap, Response, Uri};
 use http_body::Body;
 
 use crate::body::DrainBody;
@@ -45,6 +45,50 @@ impl Sending {
         let mut request = self.request;
         request.says = request.says.for_body(policy::runs_in_the_drop::<B>());
         DrainBody::wrap(res, request)
+    }
+
+    /// The response came from `uri`, not from the URI the request was
+    /// noted with: the client followed redirects (reqwest does, inside
+    /// `send` and `execute`; its `Response::url()` says where the response
+    /// came from). The drain then follows the origin of `uri`, its round
+    /// trip and budget (and [`origins`](crate::DrainOnDropLayer::origins)
+    /// lists it), not the first request's; the request's `Connection:
+    /// close` and [`DrainBudget`](crate::DrainBudget) still apply.
+    ///
+    /// The response's round trip sample is still timed from the first
+    /// request, so it includes the hops before: an upper bound of the
+    /// origin's round trip, which is the shortest of its last samples. A
+    /// `uri` that names no host changes nothing.
+    ///
+    /// ```
+    /// use drain_on_drop::DrainOnDropLayer;
+    ///
+    /// let layer = DrainOnDropLayer::new();
+    /// let asked: http::Uri = "http://near.example/old".parse().unwrap();
+    /// let sending = layer.sending_head(&asked, &http::HeaderMap::new(), &http::Extensions::new());
+    /// // ... the client follows a redirect and answers from elsewhere ...
+    /// let answered: http::Uri = "https://far.example/new".parse().unwrap();
+    /// let sending = if answered == asked { sending } else { sending.redirected_to(&answered) };
+    /// # drop(sending);
+    /// ```
+    pub fn redirected_to(self, uri: &Uri) -> Sending {
+        if uri.host().is_none() {
+            return self;
+        }
+        let from = self.request;
+        let mut to = RequestInfo::of_head(&from.shared, uri, &HeaderMap::new(), &Extensions::new());
+        to.says = from.says;
+        to.budget = from.budget;
+        to.sent_at = from.sent_at;
+        // The event stays in the request's span, with the new origin.
+        to.trace = match (from.trace, to.trace.take()) {
+            (Some(mut trace), Some(now)) => {
+                trace.origin = now.origin;
+                Some(trace)
+            }
+            (trace, _) => trace,
+        };
+        Sending { request: to }
     }
 }
 

@@ -111,9 +111,14 @@ async fn send_reqwest(
     req: reqwest::Request,
 ) -> reqwest::Result<reqwest::Response> {
     let uri: http::Uri = req.url().as_str().parse().unwrap_or_default();
-    let sending = layer.sending_head(&uri, req.headers(), &Extensions::new());
+    let mut sending = layer.sending_head(&uri, req.headers(), &Extensions::new());
+    let asked = req.url().clone();
     let res = client.execute(req).await?;
     let url = res.url().clone();
+    if url != asked {
+        // reqwest followed redirects: drain under the origin that answered.
+        sending = sending.redirected_to(&url.as_str().parse().unwrap_or_default());
+    }
     let mut res = sending.wrap_response(http::Response::from(res)).map(reqwest::Body::wrap);
     let (with_url, ()) = http::Response::builder().url(url).body(()).unwrap().into_parts();
     res.extensions_mut().extend(with_url.extensions);

@@ -1,8 +1,9 @@
 //! The layer as a `reqwest_middleware::Middleware` (feature
 //! `reqwest-middleware`): call sites unchanged, far origins keep their
 //! connections because the drain's time budget follows the round trip the
-//! middleware times, a `DrainBudget` given with the request applies, and
-//! with reqwest's gzip the byte budget counts inflated bytes.
+//! middleware times, a response reqwest got by following a redirect drains
+//! under the origin it came from, a `DrainBudget` given with the request
+//! applies, and with reqwest's gzip the byte budget counts inflated bytes.
 
 #[path = "../../tests/support/mod.rs"]
 mod support;
@@ -78,6 +79,60 @@ async fn far_responses_dropped_unread_keep_their_connections_call_sites_unchange
     );
     assert_eq!(alone.accepted(), N, "reqwest alone closes every connection whose body was not read");
     assert_keeps_half("reqwest-middleware, far, 64 KiB unread", server.accepted(), N, 0);
+}
+
+/// A near origin that redirects to a far one (reqwest follows redirects
+/// inside `send`): the far body is drained under the far origin's round
+/// trip and budget, not under the near origin's 50 ms, which would give
+/// each drain up before the far server's tail; the far origin is listed by
+/// `origins()`, and the near one keeps the round trip of its own answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redirected_response_drains_under_the_origin_it_came_from() {
+    const N: usize = 4;
+    let far_server = RawServer::start(far).await;
+    let location = far_server.uri("/data").to_string();
+    let near = RawServer::start(move |head: &Head| match head.path.as_str() {
+        "/old" => vec![Step::Write(
+            format!("HTTP/1.1 302 Found\r\nlocation: {location}\r\ncontent-length: 0\r\n\r\n").into_bytes(),
+        )],
+        _ => content_length(2, KIB),
+    })
+    .await;
+    let layer = DrainOnDropLayer::new();
+    let with = client(Some(&layer));
+    // The near origin's own answers: its round trip is a loopback one.
+    for _ in 0..3 {
+        let res = with.get(near.uri("/direct").to_string()).send().await.unwrap();
+        assert_eq!(res.bytes().await.unwrap().len(), KIB);
+    }
+    for _ in 0..N {
+        let res = with.get(near.uri("/old").to_string()).send().await.unwrap();
+        assert_eq!(res.url().as_str(), far_server.uri("/data").to_string(), "reqwest followed the redirect");
+        drop(res);
+        settle(&layer.stats(), Duration::from_secs(1)).await;
+    }
+    let s = layer.stats().snapshot();
+    assert_eq!(
+        s.count(Reason::EndOfBody),
+        N as u64,
+        "every far body drained, under the far origin's budget (the near one's gives each up over time): {s:?}"
+    );
+    let origins = layer.origins();
+    let far_origin = format!("http://{}", far_server.addr);
+    let far_o = origins.iter().find(|o| o.origin == far_origin);
+    let far_o = far_o.unwrap_or_else(|| panic!("the far origin is listed: {origins:?}"));
+    assert!(
+        far_o.round_trip.is_some_and(|rtt| rtt >= HEAD_AFTER),
+        "its round trip, timed from the first request (an upper bound): {far_o:?}"
+    );
+    assert_eq!(far_o.budget.map(|b| b.max_time()), Some(Duration::from_secs(1)), "{far_o:?}");
+    let near_origin = format!("http://{}", near.addr);
+    let near_o = origins.iter().find(|o| o.origin == near_origin).expect("the near origin is listed");
+    assert!(
+        near_o.round_trip.is_some_and(|rtt| rtt < HEAD_AFTER),
+        "the near origin keeps its own round trip, not the redirected responses': {near_o:?}"
+    );
+    assert_keeps_half("reqwest-middleware, redirected to a far origin", far_server.accepted(), N, 0);
 }
 
 /// A `DrainBudget` given with the request (`with_extension`) applies to its
