@@ -37,33 +37,34 @@ use tower_http::trace::TraceLayer;
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
 
-/// Retries 503s twice; the discarded 503 bodies are drained by the layer below.
-#[derive(Clone)]
-struct RetryOn503(usize);
+// The README's "Where it goes in a stack" shows this policy and the stack
+// in `main` line for line; `.ci/readme.sh` checks that they are the same.
 
-impl<B, E> Policy<Request<Empty<Bytes>>, Response<B>, E> for RetryOn503 {
+/// Retries a 503 answer to an idempotent request, at most `.0` times.
+#[derive(Clone)]
+struct Retry503(usize);
+
+impl<B: Clone, R, E> Policy<Request<B>, Response<R>, E> for Retry503 {
     type Future = std::future::Ready<()>;
 
-    fn retry(
-        &mut self,
-        _: &mut Request<Empty<Bytes>>,
-        result: &mut Result<Response<B>, E>,
-    ) -> Option<Self::Future> {
-        match result {
-            Ok(res) if res.status() == StatusCode::SERVICE_UNAVAILABLE && self.0 > 0 => {
-                self.0 -= 1;
-                Some(std::future::ready(()))
-            }
-            _ => None,
+    fn retry(&mut self, req: &mut Request<B>, res: &mut Result<Response<R>, E>) -> Option<Self::Future> {
+        let unavailable = matches!(res, Ok(res) if res.status() == StatusCode::SERVICE_UNAVAILABLE);
+        if !unavailable || !req.method().is_idempotent() || self.0 == 0 {
+            return None;
         }
+        self.0 -= 1;
+        Some(std::future::ready(()))
     }
 
-    fn clone_request(&mut self, req: &Request<Empty<Bytes>>) -> Option<Request<Empty<Bytes>>> {
-        let mut clone = Request::new(Empty::new());
-        *clone.method_mut() = req.method().clone();
-        *clone.uri_mut() = req.uri().clone();
-        *clone.headers_mut() = req.headers().clone();
-        Some(clone)
+    // `http::Request` is not `Clone`: a copy of its head (extensions too) and body.
+    fn clone_request(&mut self, req: &Request<B>) -> Option<Request<B>> {
+        let mut copy = Request::new(req.body().clone());
+        *copy.method_mut() = req.method().clone();
+        *copy.uri_mut() = req.uri().clone();
+        *copy.version_mut() = req.version();
+        *copy.headers_mut() = req.headers().clone();
+        *copy.extensions_mut() = req.extensions().clone();
+        Some(copy)
     }
 }
 
@@ -132,9 +133,9 @@ async fn main() -> Result<(), Error> {
         .layer(OnEarlyDropLayer::builder().on_body_drop(on_early_drop)) // the caller's early drops
         .timeout(Duration::from_secs(5)) // bounds the wait for the final response head
         .layer(FollowRedirectLayer::new()) // drops 3xx bodies: drained below
-        .retry(RetryOn503(2)) // drops 503 bodies: drained below
-        .layer(DecompressionLayer::new()) // above the drain: drains wire bytes, never inflates them
-        .layer(drain) // sees every response the client returns
+        .retry(Retry503(2)) // drops the 503s it retries: drained below
+        .layer(DecompressionLayer::new()) // above the drain: budgets count wire bytes
+        .layer(drain) // innermost but for what bounds the body itself
         .layer(ResponseBodyDeadlineLayer::new(Duration::from_secs(30))) // bounds the body the caller reads
         .service(client);
 
