@@ -2,8 +2,10 @@
 //! `reqwest-middleware`): call sites unchanged, far origins keep their
 //! connections because the drain's time budget follows the round trip the
 //! middleware times, a response reqwest got by following a redirect drains
-//! under the origin it came from, a `DrainBudget` given with the request
-//! applies, and with reqwest's gzip the byte budget counts inflated bytes.
+//! under the origin it came from, the middleware goes last (innermost) to
+//! see what a retry middleware discards, a `DrainBudget` given with the
+//! request applies, reuse is not counted (reqwest's connector is private),
+//! and with reqwest's gzip the byte budget counts inflated bytes.
 
 #[path = "../../tests/support/mod.rs"]
 mod support;
@@ -11,9 +13,14 @@ mod support;
 #[path = "gzip/mod.rs"]
 mod gzip;
 
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use drain_on_drop::{DrainBudget, DrainOnDropLayer, Reason};
+use drain_on_drop::{DrainBudget, DrainOnDropLayer, Reason, ReuseSnapshot};
+use reqwest_middleware::{Middleware, Next};
 
 use support::*;
 
@@ -133,6 +140,96 @@ async fn a_redirected_response_drains_under_the_origin_it_came_from() {
         "the near origin keeps its own round trip, not the redirected responses': {near_o:?}"
     );
     assert_keeps_half("reqwest-middleware, redirected to a far origin", far_server.accepted(), N, 0);
+}
+
+/// Retries a 503 once, dropping its response: a retry middleware.
+struct RetryOnce503;
+
+impl Middleware for RetryOnce503 {
+    fn handle<'life0, 'life1, 'life2, 'async_trait>(
+        &'life0 self,
+        req: reqwest::Request,
+        extensions: &'life1 mut http::Extensions,
+        next: Next<'life2>,
+    ) -> Pin<Box<dyn Future<Output = reqwest_middleware::Result<reqwest::Response>> + Send + 'async_trait>>
+    where
+        'life0: 'async_trait,
+        'life1: 'async_trait,
+        'life2: 'async_trait,
+        Self: 'async_trait,
+    {
+        Box::pin(async move {
+            let again = req.try_clone().expect("a GET clones");
+            let res = next.clone().run(req, extensions).await?;
+            if res.status() != reqwest::StatusCode::SERVICE_UNAVAILABLE {
+                return Ok(res);
+            }
+            drop(res); // its body unread: drained only if the layer is below
+            next.run(again, extensions).await
+        })
+    }
+}
+
+/// The layer goes last (innermost): below a retry middleware it drains the
+/// 503s the retry discards, and their connections are kept; above it
+/// (first, outermost), it never sees them, and each closes its connection.
+/// Reuse is not counted on either road: reqwest's connector is private.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_middleware_goes_last_to_drain_what_a_retry_middleware_discards() {
+    const N: usize = 10;
+    let mut accepted = Vec::new();
+    for innermost in [true, false] {
+        // Every other request answers 503 (the first of each pair), 64 KiB
+        // in a few writes; the retry gets a 200 of 64 KiB.
+        let served = Arc::new(AtomicUsize::new(0));
+        let server = RawServer::start(move |_| {
+            let status = if served.fetch_add(1, Ordering::SeqCst) % 2 == 0 {
+                "503 Service Unavailable"
+            } else {
+                "200 OK"
+            };
+            let head = format!("HTTP/1.1 {status}\r\ncontent-length: {}\r\n\r\n", 64 * KIB).into_bytes();
+            let body = body_bytes(4, 64 * KIB);
+            let mut steps = vec![Step::Write(head)];
+            steps.extend(body.chunks(16 * KIB).map(|c| Step::Write(c.to_vec())));
+            steps
+        })
+        .await;
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let layer = DrainOnDropLayer::new().max_time(SECONDS);
+        let builder = reqwest_middleware::ClientBuilder::new(reqwest::Client::new());
+        let with = if innermost {
+            builder.with(RetryOnce503).with(layer.clone()).build()
+        } else {
+            builder.with(layer.clone()).with(RetryOnce503).build()
+        };
+        for _ in 0..N {
+            let res = with.get(server.uri("/").to_string()).send().await.unwrap();
+            assert_eq!(res.status(), 200, "retried past the 503");
+            drop(res);
+            settle(&layer.stats(), SECONDS).await;
+        }
+        let s = layer.stats().snapshot();
+        let seen = if innermost { 2 * N } else { N } as u64;
+        assert_eq!(s.count(Reason::EndOfBody), seen, "innermost {innermost}: drained what it saw: {s:?}");
+        assert_eq!(s.abandoned + s.skipped + s.failed, 0, "innermost {innermost}: nothing else: {s:?}");
+        assert_eq!(
+            layer.stats().reuse(),
+            ReuseSnapshot::default(),
+            "reqwest's connector is private: no reuse counts"
+        );
+        println!(
+            "{N} requests, each retried after a 503: innermost {innermost}: {} connections",
+            server.accepted()
+        );
+        accepted.push(server.accepted());
+    }
+    let (innermost, outermost) = (accepted[0], accepted[1]);
+    assert!(
+        outermost >= N,
+        "outermost, every retried 503 closes its connection: {outermost} for {N} requests"
+    );
+    assert_keeps_half("reqwest-middleware innermost, against outermost", innermost, outermost, 0);
 }
 
 /// A `DrainBudget` given with the request (`with_extension`) applies to its
