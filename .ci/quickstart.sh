@@ -7,6 +7,11 @@
 # dependency or feature the code needs and the block lacks fails here; so do
 # warnings, and a run that does not show ten early drops drained.
 #
+# The crate root's rustdoc (src/lib.rs) shows the same [dependencies] block
+# with a shorter example: the block must be the README's, line for line
+# (one quick-start block, not two that drift apart), and its first rust
+# block is built too, as a second program (not run: it is `no_run`).
+#
 # Features that drain-on-drop's own dependencies enable are unified into the
 # build whatever the block says, so their absence cannot be caught here:
 # hyper-util "client-legacy" (which in hyper-util 0.1.21 implies its "tokio")
@@ -28,7 +33,21 @@ block() {
 }
 deps=$(block toml)
 code=$(block rust)
+# The first ```$1 block of the crate root's rustdoc (`//! ` lines).
+root_block() {
+  sed -n 's|^//! \{0,1\}||p' "$repo/src/lib.rs" | awk -v fence='```'"$1" '
+    !found && !inside && index($0, fence) == 1 { inside = 1; next }
+    inside && /^```/ { inside = 0; found = 1; next }
+    inside { print }
+  '
+}
+root_deps=$(root_block toml)
+# A doctest's hidden lines (`# `) are compiled too.
+root_code=$(root_block no_run | sed 's/^# //; s/^#$//')
 fail() { echo "quickstart: $*" >&2; exit 1; }
+[ "$root_deps" = "$deps" ] || fail "src/lib.rs's \`\`\`toml block differs from README.md's quick start block:
+$(diff <(printf '%s\n' "$deps") <(printf '%s\n' "$root_deps"))"
+[ -n "$root_code" ] || fail "no \`\`\`no_run block in src/lib.rs's crate docs"
 [ -n "$code" ] || fail "no \`\`\`rust block under '## Quick start' in README.md"
 grep -qx '\[dependencies\]' <<<"$deps" || fail "no [dependencies] in the first \`\`\`toml block under '## Quick start'"
 grep -q '^drain-on-drop = ' <<<"$deps" || fail "the README's [dependencies] block does not list drain-on-drop"
@@ -54,6 +73,10 @@ TOML
   sed "s|^drain-on-drop = .*|drain-on-drop = { path = \"$repo\" }|" <<<"$deps"
 } >"$scratch/Cargo.toml"
 printf '%s\n' "$code" >"$scratch/src/main.rs"
+# The crate root's example as a doctest body: rustdoc allows unused items
+# and wraps it in `fn main`.
+mkdir "$scratch/src/bin"
+printf '#![allow(unused)]\nfn main() {\n%s\n}\n' "$root_code" >"$scratch/src/bin/crate_root.rs"
 # The repository's lock: the same versions as every other CI step, all of
 # them already downloaded, so the build needs no network.
 cp "$repo/Cargo.lock" "$scratch/Cargo.lock"
@@ -62,11 +85,11 @@ cargo fetch --locked --manifest-path "$repo/Cargo.toml" --target "$(rustc -vV | 
 echo "quickstart: README dependencies:"
 sed 's/^/    /' "$scratch/Cargo.toml" | sed -n '/^    \[dependencies\]/,$p'
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$repo/target}"
-cargo build --offline --manifest-path "$scratch/Cargo.toml"
-echo "quickstart: README quick start builds with exactly its [dependencies]"
+cargo build --offline --manifest-path "$scratch/Cargo.toml" --bins
+echo "quickstart: README quick start and the crate root's example build with exactly the README's [dependencies]"
 # Run as written, with no URL: its own local server, no network needed. It
 # must show the layer at work: ten early drops, drained.
-out=$(timeout 60 cargo run --offline --quiet --manifest-path "$scratch/Cargo.toml")
+out=$(timeout 60 cargo run --offline --quiet --manifest-path "$scratch/Cargo.toml" --bin readme-quickstart)
 printf '%s\n' "$out" | sed 's/^/    /'
 grep -q "early drops: 10 drained" <<<"$out" || fail "the quick start did not print 10 drained early drops"
 echo "quickstart: README quick start runs and drains"

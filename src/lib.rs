@@ -7,11 +7,15 @@
 //! drain-on-drop = "0.5"
 //! http = "1"
 //! http-body-util = "0.1"
-//! hyper = "1"
+//! hyper = { version = "1", features = ["http1", "server"] }
 //! hyper-util = { version = "0.1", features = ["client-legacy", "http1", "tokio"] }
-//! tokio = { version = "1", features = ["macros", "rt-multi-thread", "time"] }
+//! tokio = { version = "1", features = ["macros", "net", "rt-multi-thread", "time"] }
 //! tower = { version = "0.5", features = ["util"] }
 //! ```
+//!
+//! (The quick start of the README, shown on crates.io, is a whole program
+//! with a local server to try it on; `server` and `net` are for that
+//! server. CI builds both with this block.)
 //!
 //! ```no_run
 //! use drain_on_drop::DrainOnDropLayer;
