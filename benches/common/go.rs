@@ -87,6 +87,16 @@ pub fn h2(
     run(cmd, "h2")
 }
 
+/// One goroutine: `drops` GETs of `drop_url` (endless bodies), each closed
+/// right after its head, then one GET of `url`, h2c with prior knowledge
+/// (`goclient endless`); `elapsed` is that last request's time to its head.
+pub fn endless(bin: &Path, drop_url: &Uri, drops: usize, url: &Uri) -> Result<GoRun, BoxError> {
+    let mut cmd = Command::new(bin);
+    cmd.args(["endless", "-drop-url", &drop_url.to_string(), "-drops", &drops.to_string()]);
+    cmd.args(["-url", &url.to_string()]);
+    run(cmd, "endless")
+}
+
 fn run(mut cmd: Command, mode: &str) -> Result<GoRun, BoxError> {
     let out = cmd.output().map_err(|e| format!("running {cmd:?}: {e}"))?;
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -99,15 +109,15 @@ fn run(mut cmd: Command, mode: &str) -> Result<GoRun, BoxError> {
 }
 
 /// Reads the client's line, `{"mode":"far","requests":N,"failed":F,
-/// "elapsed_ms":T,"first_error":"..."}` (`seq`: the same; `h2`: `sent`
-/// for `requests`).
+/// "elapsed_ms":T,"first_error":"..."}` (`seq`: the same; `h2` and
+/// `endless`: `sent` for `requests`).
 /// Each key is taken at its first occurrence: `first_error`, the only
 /// free text, comes last.
 pub fn parse(line: &str, mode: &str) -> Option<GoRun> {
     if string(line, "mode")? != mode {
         return None;
     }
-    let sent = number(line, if mode == "h2" { "sent" } else { "requests" })?;
+    let sent = number(line, if mode == "h2" || mode == "endless" { "sent" } else { "requests" })?;
     let first_error = string(line, "first_error").filter(|e| !e.is_empty());
     Some(GoRun {
         sent: sent as usize,
@@ -181,5 +191,10 @@ mod tests {
         assert_eq!(run.elapsed, Duration::from_millis(12));
         assert_eq!(run.first_error.as_deref(), Some(r#"Get "http://x/": a\b é "sent":1"#));
         assert_eq!(parse("not json", "h2"), None);
+
+        let endless = r#"{"mode":"endless","sent":34,"failed":0,"elapsed_ms":0.528,"first_error":""}"#;
+        let run = parse(endless, "endless").expect("endless line");
+        assert_eq!((run.sent, run.failed, run.first_error), (34, 0, None));
+        assert_eq!(run.elapsed, Duration::from_micros(528));
     }
 }

@@ -1,7 +1,8 @@
 //! HTTP/2 pieces of the benches: an h2c server answering with N bytes in
-//! 16 KiB DATA frames, a proxy that counts the client's GOAWAY and
-//! RST_STREAM frames, hyper-util's HTTP/2-only client, and the traffic of
-//! C callers dropping (or reading) bodies right after their heads.
+//! 16 KiB DATA frames, hyper-util's HTTP/2-only client, the traffic of C
+//! callers dropping (or reading) bodies right after their heads, and one
+//! caller dropping endless bodies then timing one request. The frame
+//! counter is in `frames`, the other servers in `servers`.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -18,8 +19,7 @@ use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::runtime::Handle;
 use tokio::task::JoinHandle;
 use tower::{Service, ServiceExt};
@@ -104,149 +104,25 @@ impl Drop for H2Server {
     }
 }
 
-/// What the client sent, by frame type, as [`FrameCounter`] parsed it.
-#[derive(Default)]
-pub struct ClientFrames {
-    /// GOAWAY frames with an error code (not NO_ERROR).
-    pub goaways: AtomicUsize,
-    /// RST_STREAM(CANCEL): streams the client dropped.
-    pub rst_cancel: AtomicUsize,
-    /// RST_STREAM(STREAM_CLOSED): h2's own resets of DATA for streams it
-    /// forgot, the ones that count towards its GOAWAY.
-    pub rst_closed: AtomicUsize,
+/// hyper-util's client builder, HTTP/2 only (h2c), otherwise hyper-util's
+/// defaults.
+pub fn builder() -> hyper_util::client::legacy::Builder {
+    let mut builder = Client::builder(TokioExecutor::new());
+    builder.http2_only(true);
+    builder
 }
 
-/// A TCP proxy on `127.0.0.1:0` forwarding both ways unchanged, parsing the
-/// client's HTTP/2 frames (after the 24-byte preface: 9-byte headers) to
-/// count GOAWAY and RST_STREAM by error code. Stops when dropped.
-pub struct FrameCounter {
-    addr: SocketAddr,
-    pub frames: Arc<ClientFrames>,
-    task: JoinHandle<()>,
-}
-
-impl FrameCounter {
-    pub fn start(rt: &Handle, upstream: SocketAddr) -> FrameCounter {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-        listener.set_nonblocking(true).expect("nonblocking");
-        let addr = listener.local_addr().expect("address");
-        let frames = Arc::new(ClientFrames::default());
-        let counts = frames.clone();
-        let task = rt.spawn(async move {
-            let listener = TcpListener::from_std(listener).expect("listener");
-            let mut conns = tokio::task::JoinSet::new();
-            while let Ok((client, _)) = listener.accept().await {
-                conns.spawn(relay(client, upstream, counts.clone()));
-                while conns.try_join_next().is_some() {}
-            }
-        });
-        FrameCounter { addr, frames, task }
-    }
-
-    pub fn addr(&self) -> SocketAddr {
-        self.addr
-    }
-}
-
-impl Drop for FrameCounter {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-async fn relay(client: TcpStream, upstream: SocketAddr, counts: Arc<ClientFrames>) {
-    let Ok(server) = TcpStream::connect(upstream).await else { return };
-    let _ = (client.set_nodelay(true), server.set_nodelay(true));
-    let (mut cr, mut cw) = client.into_split();
-    let (mut sr, mut sw) = server.into_split();
-    let up = async move {
-        let mut parser = Parser::default();
-        let mut buf = vec![0u8; 64 * 1024];
-        while let Ok(n) = cr.read(&mut buf).await {
-            if n == 0 || sw.write_all(&buf[..n]).await.is_err() {
-                break;
-            }
-            parser.feed(&buf[..n], &counts);
-        }
-        let _ = sw.shutdown().await;
-    };
-    let down = async move {
-        let _ = tokio::io::copy(&mut sr, &mut cw).await;
-        let _ = cw.shutdown().await;
-    };
-    tokio::join!(up, down);
-}
-
-/// A streaming parser of the client's side of an HTTP/2 connection.
-#[derive(Default)]
-struct Parser {
-    /// Bytes of the preface still to skip (set on the first feed).
-    preface_left: Option<usize>,
-    /// The frame header being read.
-    header: Vec<u8>,
-    /// Payload bytes of the current frame still to skip, and how many of
-    /// its first bytes to keep (the error code of RST_STREAM and GOAWAY).
-    payload_left: usize,
-    kept: Vec<u8>,
-    keep: usize,
-    kind: u8,
-}
-
-impl Parser {
-    fn feed(&mut self, mut bytes: &[u8], counts: &ClientFrames) {
-        let preface = self.preface_left.get_or_insert(24);
-        let skip = (*preface).min(bytes.len());
-        *preface -= skip;
-        bytes = &bytes[skip..];
-        while !bytes.is_empty() {
-            if self.payload_left == 0 {
-                let take = (9 - self.header.len()).min(bytes.len());
-                self.header.extend_from_slice(&bytes[..take]);
-                bytes = &bytes[take..];
-                if self.header.len() < 9 {
-                    return;
-                }
-                let h = std::mem::take(&mut self.header);
-                self.payload_left = (usize::from(h[0]) << 16) | (usize::from(h[1]) << 8) | usize::from(h[2]);
-                self.kind = h[3];
-                // RST_STREAM: the code is the payload; GOAWAY: after the
-                // last stream id.
-                self.keep = match self.kind {
-                    0x3 => 4,
-                    0x7 => 8,
-                    _ => 0,
-                };
-                self.kept.clear();
-                if self.payload_left == 0 {
-                    continue;
-                }
-            }
-            let take = self.payload_left.min(bytes.len());
-            let want = self.keep.saturating_sub(self.kept.len()).min(take);
-            self.kept.extend_from_slice(&bytes[..want]);
-            self.payload_left -= take;
-            bytes = &bytes[take..];
-            if self.payload_left == 0 && self.kept.len() == self.keep && self.keep > 0 {
-                let code =
-                    u32::from_be_bytes(self.kept[self.keep - 4..self.keep].try_into().expect("4 bytes"));
-                match (self.kind, code) {
-                    (0x7, 0) => {}
-                    (0x7, _) => drop(counts.goaways.fetch_add(1, Ordering::Relaxed)),
-                    (0x3, 0x8) => drop(counts.rst_cancel.fetch_add(1, Ordering::Relaxed)),
-                    (0x3, 0x5) => drop(counts.rst_closed.fetch_add(1, Ordering::Relaxed)),
-                    _ => {}
-                }
-            }
-        }
-    }
+/// `builder`'s pooled client with TCP_NODELAY.
+pub fn build(builder: &hyper_util::client::legacy::Builder) -> Client<HttpConnector, Empty<Bytes>> {
+    let mut http = HttpConnector::new();
+    http.set_nodelay(true);
+    builder.build(http)
 }
 
 /// hyper-util's pooled client, HTTP/2 only (h2c), TCP_NODELAY, otherwise
 /// hyper-util's defaults.
 pub fn client() -> Client<HttpConnector, Empty<Bytes>> {
-    let mut http = HttpConnector::new();
-    http.set_nodelay(true);
-    Client::builder(TokioExecutor::new()).http2_only(true).build(http)
+    build(&builder())
 }
 
 /// What one run of [`traffic`] saw.
@@ -320,5 +196,57 @@ where
     }
     let mut run = std::mem::take(&mut *run.lock().expect("run"));
     run.elapsed = start.elapsed();
+    run
+}
+
+/// The longest [`endless`] waits for its timed request's head.
+pub const HEAD_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// One caller: `drops` GETs of `drop_uri` (an endless body), each dropped
+/// right after its head, then one GET of `uri`. `elapsed` is that last
+/// request's time from sending to its head ([`HEAD_TIMEOUT`] at most: then
+/// it failed); `sent` counts them all.
+pub async fn endless<S, B>(mut svc: S, drop_uri: Uri, drops: usize, uri: Uri) -> Run
+where
+    S: Service<Request<Empty<Bytes>>, Response = Response<B>>,
+    S::Error: std::fmt::Debug,
+{
+    let mut run = Run::default();
+    let note = |run: &mut Run, e: String| {
+        run.failed += 1;
+        run.first_error.get_or_insert(e);
+    };
+    for _ in 0..drops {
+        let req = Request::get(drop_uri.clone()).body(Empty::new()).expect("request");
+        run.sent += 1;
+        match svc.ready().await {
+            Ok(ready) => match ready.call(req).await {
+                Ok(res) => drop(res),
+                Err(e) => note(&mut run, format!("{e:?}")),
+            },
+            Err(e) => note(&mut run, format!("{e:?}")),
+        }
+    }
+    let req = Request::get(uri).body(Empty::new()).expect("request");
+    run.sent += 1;
+    let start = Instant::now();
+    let head = tokio::time::timeout(HEAD_TIMEOUT, async {
+        let ready = svc.ready().await.map_err(|e| format!("{e:?}"))?;
+        ready.call(req).await.map_err(|e| format!("{e:?}"))
+    });
+    match head.await {
+        Ok(Ok(res)) => {
+            run.elapsed = start.elapsed();
+            drop(res);
+        }
+        Ok(Err(e)) => {
+            run.elapsed = start.elapsed();
+            note(&mut run, e);
+        }
+        Err(_) => {
+            run.elapsed = HEAD_TIMEOUT;
+            note(&mut run, format!("no head in {HEAD_TIMEOUT:?}"));
+        }
+    }
     run
 }

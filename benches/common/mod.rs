@@ -13,8 +13,12 @@
 //!   given layer.
 //! - [`go`]: the Go 1.27 client (`benches/go/goclient`) run as a child
 //!   process, and what it reports.
-//! - [`h2`]: an h2c server, a proxy counting the client's GOAWAY and
-//!   RST_STREAM frames, hyper-util's HTTP/2 client and its traffic.
+//! - [`h2`]: an h2c server, hyper-util's HTTP/2 client and its traffic.
+//! - [`frames`]: a proxy counting connections and both sides' GOAWAY and
+//!   RST_STREAM frames.
+//! - [`h2report`]: the http2 bench's figures, tables and verdict.
+//! - [`servers`]: the http2 bench's servers (hyper, Node, Go's net/http,
+//!   nginx), one per run.
 //! - [`run`]: sequential and concurrent request loops and their outcome.
 //! - [`table`]: Markdown tables.
 //!
@@ -23,11 +27,14 @@
 
 pub mod args;
 pub mod client;
+pub mod frames;
 pub mod go;
 pub mod h2;
+pub mod h2report;
 pub mod proxy;
 pub mod run;
 pub mod server;
+pub mod servers;
 pub mod table;
 pub mod tls;
 

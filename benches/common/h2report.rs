@@ -1,0 +1,371 @@
+//! The http2 bench's figures: one run's, the medians of a cell's runs, the
+//! tables (every run's detail, and one summary row per cell as the README
+//! shows it) and the verdict against the issue's targets.
+
+use std::time::Duration;
+
+use drain_on_drop::DrainSnapshot;
+
+use super::frames::FrameCounts;
+use super::h2::Run;
+use super::table::Table;
+
+/// The clients compared, the columns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Policy {
+    HyperAlone,
+    Layer,
+    /// The layer and `http2_reset_memory(&mut builder, 10_000)`.
+    Road,
+    ReadToEnd,
+    Go,
+}
+
+impl Policy {
+    pub const ALL: [Policy; 5] =
+        [Policy::HyperAlone, Policy::Layer, Policy::Road, Policy::ReadToEnd, Policy::Go];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Policy::HyperAlone => "hyper-util alone",
+            Policy::Layer => "layer (defaults)",
+            Policy::Road => "layer + road",
+            Policy::ReadToEnd => "read to the end",
+            Policy::Go => "Go 1.27.3 net/http",
+        }
+    }
+}
+
+/// The kinds of cells, the targets that apply to each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Group {
+    /// The cells of the first version of the bench, hyper's server.
+    Today,
+    HighRate,
+    NoLength,
+    Endless,
+}
+
+impl Group {
+    pub fn label(self) -> &'static str {
+        match self {
+            Group::Today => "hyper's server",
+            Group::HighRate => "high rate",
+            Group::NoLength => "no length",
+            Group::Endless => "endless",
+        }
+    }
+}
+
+/// One run's figures.
+#[derive(Clone, Debug, Default)]
+pub struct Figures {
+    pub run: Run,
+    pub frames: FrameCounts,
+    /// Until the last drain ended (the layer's traffic runs), else the
+    /// traffic's time; endless cells: the timed request's time to its head.
+    pub total: Duration,
+    pub drains: Option<DrainSnapshot>,
+    /// What the server counted (`Server::note`).
+    pub note: String,
+}
+
+impl Figures {
+    /// Requests that succeeded, per second of `total`.
+    pub fn rate(&self) -> f64 {
+        (self.run.sent - self.run.failed) as f64 / self.total.as_secs_f64().max(1e-9)
+    }
+}
+
+/// A policy's runs in one cell: the median run, and medians and ranges.
+pub struct Medians {
+    /// The median run (by rate, or by time in endless cells).
+    pub run: Figures,
+    pub failed: (usize, usize, usize),
+    pub connections: usize,
+    pub goaways: usize,
+    pub server_goaways: usize,
+    /// Rates (or times to head in ms), min and max over the runs.
+    pub range: (f64, f64),
+}
+
+fn mid(mut v: Vec<usize>) -> usize {
+    v.sort_unstable();
+    v[v.len() / 2]
+}
+
+impl Medians {
+    fn of(mut runs: Vec<Figures>, endless: bool) -> Medians {
+        let key = |f: &Figures| if endless { f.total.as_secs_f64() * 1e3 } else { f.rate() };
+        runs.sort_by(|a, b| key(a).total_cmp(&key(b)));
+        let failed: Vec<usize> = runs.iter().map(|r| r.run.failed).collect();
+        Medians {
+            failed: (mid(failed.clone()), *failed.iter().min().unwrap(), *failed.iter().max().unwrap()),
+            connections: mid(runs.iter().map(|r| r.frames.connections).collect()),
+            goaways: mid(runs.iter().map(|r| r.frames.goaways).collect()),
+            server_goaways: mid(runs.iter().map(|r| r.frames.server_goaways).collect()),
+            range: (key(&runs[0]), key(&runs[runs.len() - 1])),
+            run: runs[runs.len() / 2].clone(),
+        }
+    }
+
+    fn failed(&self) -> String {
+        match self.failed {
+            (m, a, b) if a == b => m.to_string(),
+            (m, a, b) => format!("{m} ({a}-{b})"),
+        }
+    }
+
+    fn notes(&self) -> String {
+        let mut notes = Vec::new();
+        if let Some(d) = &self.run.drains {
+            let reasons: Vec<String> =
+                d.iter().filter(|(_, n)| *n > 0).map(|(r, n)| format!("{r} {n}")).collect();
+            notes.push(reasons.join(", "));
+        }
+        if self.run.frames.server_goaways > 0 {
+            notes.push(format!("server GOAWAY {}", code_name(self.run.frames.server_goaway_code)));
+        }
+        if !self.run.note.is_empty() {
+            notes.push(self.run.note.clone());
+        }
+        if let Some(e) = &self.run.run.first_error {
+            notes.push(format!("first error: {}", e.chars().take(160).collect::<String>()));
+        }
+        notes.join("; ")
+    }
+}
+
+/// One cell's group, label, and the medians of each policy that ran.
+type CellMedians = (Group, String, Vec<(Policy, Medians)>);
+
+/// Every cell's medians, printed at the end.
+pub struct Report {
+    cells: Vec<CellMedians>,
+}
+
+impl Report {
+    pub fn new() -> Report {
+        Report { cells: Vec::new() }
+    }
+
+    /// A cell's runs, `runs[i]` those of `Policy::ALL[i]`.
+    pub fn add(&mut self, group: Group, label: String, runs: Vec<Vec<Figures>>) {
+        let medians = Policy::ALL
+            .iter()
+            .zip(runs)
+            .filter(|(_, r)| !r.is_empty())
+            .map(|(p, r)| (*p, Medians::of(r, group == Group::Endless)))
+            .collect();
+        self.cells.push((group, label, medians));
+    }
+
+    pub fn print(&self, took: Duration) {
+        let traffic: Vec<_> = self.cells.iter().filter(|c| c.0 != Group::Endless).collect();
+        let mut t = Table::new(&[
+            "cell",
+            "policy",
+            "sent",
+            "failed",
+            "conns",
+            "GOAWAYs c / s",
+            "RST cancel / closed / s",
+            "req/s",
+            "runs req/s",
+            "time s",
+            "notes",
+        ]);
+        for (_, label, medians) in &traffic {
+            for (p, m) in medians {
+                let f = &m.run.frames;
+                t.row(vec![
+                    label.clone(),
+                    p.label().into(),
+                    m.run.run.sent.to_string(),
+                    m.failed(),
+                    m.connections.to_string(),
+                    format!("{} / {}", m.goaways, m.server_goaways),
+                    format!("{} / {} / {}", f.rst_cancel, f.rst_closed, f.server_rst),
+                    format!("{:.0}", m.run.rate()),
+                    format!("{:.0}-{:.0}", m.range.0, m.range.1),
+                    format!("{:.2}", m.run.total.as_secs_f64()),
+                    m.notes(),
+                ]);
+            }
+        }
+        if !traffic.is_empty() {
+            println!(
+                "\nfailed (min-max if they differ), conns, GOAWAYs: medians of the runs; the rest: the median run by \
+             requests per second (succeeded requests / time; for the layer, time until its last drain ended); \
+             GOAWAYs c / s: with an error code sent by the client / any sent by the server; RST: RST_STREAM \
+             CANCEL / STREAM_CLOSED sent by the client / any sent by the server.\n"
+            );
+            t.print();
+        }
+        let mut e =
+            Table::new(&["cell", "policy", "head ms", "runs ms", "failed", "conns", "RST c / s", "notes"]);
+        let endless: Vec<_> = self.cells.iter().filter(|c| c.0 == Group::Endless).collect();
+        for (_, label, medians) in &endless {
+            for (p, m) in medians {
+                let f = &m.run.frames;
+                e.row(vec![
+                    label.clone(),
+                    p.label().into(),
+                    format!("{:.2}", m.run.total.as_secs_f64() * 1e3),
+                    format!("{:.2}-{:.2}", m.range.0, m.range.1),
+                    m.failed(),
+                    m.connections.to_string(),
+                    format!("{} / {}", f.rst_cancel, f.server_rst),
+                    m.notes(),
+                ]);
+            }
+        }
+        if !endless.is_empty() {
+            println!("Endless: time from the last request to its head (median run, runs min-max).\n");
+            e.print();
+        }
+        self.summary();
+        let misses = self.misses();
+        if misses.is_empty() {
+            println!("Every target reached.");
+        } else {
+            println!("Targets missed (medians):\n- {}", misses.join("\n- "));
+        }
+        println!("\nbench took {:.1} s", took.as_secs_f64());
+    }
+
+    /// One row per cell: failed / connections / GOAWAYs (client's, then
+    /// server's if any) and requests per second, or the time to the head.
+    fn summary(&self) {
+        let mut header = vec!["cell"];
+        header.extend(Policy::ALL.iter().map(|p| p.label()));
+        header.extend(["layer ÷ read", "road ÷ Go"]);
+        let mut t = Table::new(&header);
+        for (group, label, medians) in &self.cells {
+            let mut row = vec![label.clone()];
+            for p in Policy::ALL {
+                row.push(match get(medians, p) {
+                    None => "-".into(),
+                    Some(m) if *group == Group::Endless => {
+                        format!("{:.2} ms, {} failed", m.run.total.as_secs_f64() * 1e3, m.failed.0)
+                    }
+                    Some(m) => {
+                        let server = if m.server_goaways > 0 {
+                            format!("+{}", m.server_goaways)
+                        } else {
+                            String::new()
+                        };
+                        format!(
+                            "{} / {} / {}{server}, {:.0}/s",
+                            m.failed.0,
+                            m.connections,
+                            m.goaways,
+                            m.run.rate()
+                        )
+                    }
+                });
+            }
+            let ratio = |a, b| match (ratio(medians, a, b), *group == Group::Endless) {
+                (Some(r), false) => format!("{r:.2}×"),
+                _ => "-".into(),
+            };
+            row.push(ratio(Policy::Layer, Policy::ReadToEnd));
+            row.push(ratio(Policy::Road, Policy::Go));
+            t.row(row);
+        }
+        println!(
+            "Summary: failed / connections / GOAWAYs (client's, +server's), succeeded requests per second; \
+             endless cells: time to the head.\n"
+        );
+        t.print();
+    }
+
+    fn misses(&self) -> Vec<String> {
+        let mut misses = Vec::new();
+        for (group, label, medians) in &self.cells {
+            let read_failed = get(medians, Policy::ReadToEnd).map_or("-".into(), |m| m.failed.0.to_string());
+            if let Some(l) = get(medians, Policy::Layer) {
+                if l.failed.0 > 0 {
+                    let error = l.run.run.first_error.clone().unwrap_or_default();
+                    let error: String = error.chars().take(120).collect();
+                    misses.push(format!(
+                        "{label}: the layer failed {} (read-to-end {read_failed}); first error: {error}",
+                        l.failed()
+                    ));
+                }
+                if *group == Group::Today && (l.connections > 1 || l.goaways > 0) {
+                    misses.push(format!(
+                        "{label}: the layer {} connections, {} GOAWAYs",
+                        l.connections, l.goaways
+                    ));
+                }
+            }
+            if let Some(r) = get(medians, Policy::Road).filter(|r| r.failed.0 > 0) {
+                misses.push(format!("{label}: the road failed {} (read-to-end {read_failed})", r.failed()));
+            }
+            let tell = |a: Policy, b: Policy| {
+                let ranges = get(medians, a).zip(get(medians, b)).map(|(x, y)| {
+                    format!(
+                        "{:.0}-{:.0} against {:.0}-{:.0} req/s",
+                        x.range.0, x.range.1, y.range.0, y.range.1
+                    )
+                });
+                (ratio(medians, a, b), ranges.unwrap_or_default())
+            };
+            if matches!(group, Group::Today | Group::HighRate)
+                && let (Some(r), ranges) = tell(Policy::Layer, Policy::ReadToEnd)
+                && r < 1.0
+            {
+                misses.push(format!("{label}: layer ÷ read-to-end {r:.2}× ({ranges})"));
+            }
+            if *group == Group::HighRate
+                && let (Some(r), ranges) = tell(Policy::Road, Policy::Go)
+                && r < 1.0
+            {
+                misses.push(format!("{label}: road ÷ Go {r:.2}× ({ranges})"));
+            }
+            if *group == Group::Endless
+                && let (Some(l), Some(a)) = (get(medians, Policy::Layer), get(medians, Policy::HyperAlone))
+                && l.run.total > a.run.total + Duration::from_millis(10)
+            {
+                let ms = |m: &Medians| m.run.total.as_secs_f64() * 1e3;
+                misses.push(format!(
+                    "{label}: the layer's head after {:.1} ms, hyper-util alone's {:.1}",
+                    ms(l),
+                    ms(a)
+                ));
+            }
+        }
+        misses
+    }
+}
+
+/// An HTTP/2 error code's name (RFC 9113 section 7).
+fn code_name(code: usize) -> String {
+    const NAMES: [&str; 14] = [
+        "NO_ERROR",
+        "PROTOCOL_ERROR",
+        "INTERNAL_ERROR",
+        "FLOW_CONTROL_ERROR",
+        "SETTINGS_TIMEOUT",
+        "STREAM_CLOSED",
+        "FRAME_SIZE_ERROR",
+        "REFUSED_STREAM",
+        "CANCEL",
+        "COMPRESSION_ERROR",
+        "CONNECT_ERROR",
+        "ENHANCE_YOUR_CALM",
+        "INADEQUATE_SECURITY",
+        "HTTP_1_1_REQUIRED",
+    ];
+    NAMES.get(code).map_or_else(|| format!("0x{code:x}"), |n| n.to_string())
+}
+
+fn get(medians: &[(Policy, Medians)], p: Policy) -> Option<&Medians> {
+    medians.iter().find(|(q, _)| *q == p).map(|(_, m)| m)
+}
+
+/// `a`'s requests per second over `b`'s (median runs).
+fn ratio(medians: &[(Policy, Medians)], a: Policy, b: Policy) -> Option<f64> {
+    Some(get(medians, a)?.run.rate() / get(medians, b)?.run.rate())
+}
