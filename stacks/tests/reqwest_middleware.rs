@@ -183,7 +183,7 @@ async fn the_middleware_goes_last_to_drain_what_a_retry_middleware_discards() {
         // in a few writes; the retry gets a 200 of 64 KiB.
         let served = Arc::new(AtomicUsize::new(0));
         let server = RawServer::start(move |_| {
-            let status = if served.fetch_add(1, Ordering::SeqCst) % 2 == 0 {
+            let status = if served.fetch_add(1, Ordering::SeqCst).is_multiple_of(2) {
                 "503 Service Unavailable"
             } else {
                 "200 OK"
