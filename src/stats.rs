@@ -171,8 +171,10 @@ impl fmt::Debug for DrainStats {
 /// The four totals are the sums of their reasons ([`count`](Self::count),
 /// [`iter`](Self::iter)) in every snapshot. To export, iterate: each
 /// `(reason, value)` pair is a counter labelled `outcome =
-/// reason.outcome().as_str()` and `reason = reason.as_str()` (see
-/// the repository's `metrics` example).
+/// reason.outcome().as_str()` and `reason = reason.as_str()`: the
+/// [recipes](crate::recipes#exporting-the-counters) have a Prometheus
+/// collector (run as a program by `stacks/examples/metrics.rs`, in the
+/// crate's repository, not in the package).
 ///
 /// ```
 /// use drain_on_drop::{DrainOnDropLayer, Reason};
