@@ -106,7 +106,7 @@ where
                 let now = Instant::now();
                 if !policy::waits_for_room(reason) || at.unwinding {
                     ctx.streams().note_reset(now);
-                } else if let Err(ask_at) = policy::may_reset(&ctx, now) {
+                } else if let Err(ask_at) = policy::may_reset(ctx.shared(), ctx.streams(), now) {
                     return drain::start(inner, Start::WaitForRoom { reason, ask_at }, ctx, view);
                 }
             }

@@ -95,7 +95,7 @@ where
     // HTTP/2: a body that has to wait for the server is reset now, if its
     // connection can remember the reset; else it waits for room.
     if http2 && drain.wait.is_none() {
-        match policy::may_reset(&drain.ctx, now) {
+        match policy::may_reset(drain.ctx.shared(), drain.ctx.streams(), now) {
             Ok(()) => {
                 drain.reset_counted = true;
                 return drain.finish(Reason::Reset);
@@ -253,7 +253,7 @@ where
             // A body read meanwhile was drained in part: `reset`; one held
             // unread keeps the reason it was skipped for.
             let reason = if reads { Reason::Reset } else { wait.reason };
-            match policy::may_reset(&self.ctx, now) {
+            match policy::may_reset(self.ctx.shared(), self.ctx.streams(), now) {
                 Ok(()) => {
                     self.reset_counted = true;
                     return reason;

@@ -9,13 +9,6 @@ use http::{HeaderMap, HeaderValue, Version};
 use crate::outcome::Reason;
 use crate::shared::Config;
 
-/// Media types of open-ended streams unless the user lists others: server-
-/// sent events, and gRPC (`application/grpc`, `application/grpc+proto`, …),
-/// whose streams a client cancels by resetting them. An entry ending in `*`
-/// matches every media type that starts with what comes before it.
-pub(crate) const DEFAULT_STREAM_TYPES: [&str; 3] =
-    ["text/event-stream", "application/grpc", "application/grpc+*"];
-
 /// What the request said about its response's drain, and whether the
 /// response's headers describe its body's wire framing, for [`inspect`].
 #[derive(Clone, Copy, Debug)]

@@ -172,39 +172,61 @@
 //!
 //! # HTTP/2
 //!
-//! HTTP/2 responses are drained like HTTP/1 ones, under the same budgets:
-//! a drained body's stream ends normally, so no reset is sent and no late
-//! frame can count against the connection; what has arrived of hyper's
-//! body is read in the drop itself. A drain holds one stream, never the
-//! connection, and the time budget bounds how long it does.
+//! On HTTP/2 a dropped body never costs the connection, only its stream:
+//! hyper's h2 client resets the stream (RST_STREAM CANCEL), and the server
+//! stops sending. What can cost the connection is the reset itself: h2
+//! remembers at most 50 reset streams, each for about a second, and DATA
+//! still arriving for a stream it no longer remembers counts against the
+//! connection, which past 1,024 sends GOAWAY `too_many_internal_resets`:
+//! every request in flight fails (hyperium/h2#856). So the layer, for each
+//! kind of body dropped before its end:
 //!
-//! Every reset the layer would cause (a body over the byte budget, an
-//! open-ended stream, a drain that runs out of budget) is **paced**: at
-//! most 25 per origin in any second, half of what h2 remembers. Past that
-//! pace the body is drained instead, past its budget, to its end (counted
-//! `paced_to_end`, drained), for at most 30 s. So a client that drops many
-//! large bodies a second reads most of them, as if it read them itself;
-//! its requests wait for streams as they would then (the server's
-//! `SETTINGS_MAX_CONCURRENT_STREAMS` bounds the streams drains and callers
-//! hold together). Measured (`cargo bench --bench http2`, docs/BENCHMARKS.md
-//! section 9): 5,000 requests of 1 MiB dropped after their heads by 16
-//! callers lose 189 requests and 12 connections to the client's own GOAWAY
-//! with hyper-util alone, and none, on one connection, with the layer.
+//! - **Ended in the drop** (its data had all arrived; what has arrived is
+//!   read there): nothing to reset (`end_of_body`).
+//! - **Any other body**: its stream is reset at the drop (`reset`, or the
+//!   skip's reason: `declared_over_budget`, `stream`), as long as the
+//!   connection can remember the reset: the layer lets its own resets take
+//!   40 of h2's 50 in any 2 s per origin, so 40 drops at once, then 20 a
+//!   second. The byte and time budgets do not apply: draining an HTTP/2
+//!   body saves nothing a reset does not.
+//! - **Past that room**, the reset waits (for at most 2 s, when the oldest
+//!   reset counted leaves the window; 5 s at the very most): an open-ended
+//!   stream ([`stream_content_types`], by default server-sent events and
+//!   gRPC) is held unread meanwhile, so its server sends at most the
+//!   stream's flow-control window (2 MiB with hyper's defaults) and then
+//!   waits; any other body is read on, and one that ends meanwhile needs no
+//!   reset (`paced_to_end`). A dropped endless stream so reads nothing,
+//!   and one that is not listed reads what arrives while its reset waits.
+//! - **Streams held**: drains that wait for room hold at most 4 streams of
+//!   an origin; a new request to it then waits in its response future
+//!   (before hyper-util's client sends it) until one ends, as it would if
+//!   its caller read the body itself. Each caller can add one more drop
+//!   meanwhile, so at most 4 plus one per caller. Servers allow 100 streams
+//!   or more (RFC 9113 advises no less); a server that announces no limit
+//!   (Node's) is not flooded. A stream with nothing more to come (stalled,
+//!   endless) is reset at the drop, never held, while the room lasts.
 //!
-//! On top of the layer, `http2_max_concurrent_reset_streams(10_000)` on
-//! hyper-util's client builder lets h2 remember more reset streams, so that
-//! even resets the layer cannot defer (a request cancelled before its
-//! head) cost nothing; it is not needed with the layer. The layer assumes
-//! hyper's own HTTP/2 settings and cannot see a connection's: several
-//! layers over one client pace separately.
+//! **Tell the layer how much the client remembers, to reset at Go's rate.**
+//! [`DrainOnDropLayer::http2_reset_memory`] sets h2's
+//! `max_concurrent_reset_streams` on hyper-util's client builder (or
+//! hyper's, or tonic's `Endpoint`, through a closure) and in the layer in
+//! one call: with 10,000, the layer resets 4,000 drops a second per origin
+//! and never reads or holds one, as Go 1.27's client does (Go ignores late
+//! DATA altogether). Measured side by side in `cargo bench --bench http2`
+//! (in the repository; docs/BENCHMARKS.md section 9).
+//!
+//! The layer cannot see a client's settings: it assumes h2's 50 unless
+//! told. Several layers over one client count their resets separately.
+//! Requests whose origin is added below the layer (tonic's `Channel` adds
+//! the authority) are counted under [`DrainOnDropLayer::default_origin`].
 //!
 //! # Per request, per stream, per connection
 //!
 //! - A [`DrainBudget`] in a request's extensions overrides the budgets for
 //!   that response (`DrainBudget::disabled()` for an export nobody drains).
 //! - Open-ended streams ([`stream_content_types`], default
-//!   `text/event-stream`) are closed at once instead of holding a drain for
-//!   the whole time budget.
+//!   `text/event-stream` and gRPC) are closed at once instead of holding a
+//!   drain for the whole time budget.
 //! - [`DrainOnDropLayer::observe`] wraps the client's connector so that every
 //!   response carries a [`ConnectionReuse`] (new or reused connection, setup
 //!   time) and [`DrainStats::reuse`] counts `requests`, `reused` and
@@ -376,8 +398,9 @@
 
 // The rooms, from the entry point down (`tests/layout.rs` keeps the import
 // graph one-way):
-// - `layer` (settings, `origins()`, `wrap_response`), `service`, `future`:
-//   the tower pieces; `request` reads a request in `call`, `response` does
+// - `layer` (settings, `origins()`), `service`, `future`: the tower
+//   pieces; `roads` (`sending`, `wrap_response`, `http1_sender`): the drain
+//   on responses that do not come through the service; `request` reads a request in `call`, `response` does
 //   everything once when its head arrives, `body` forwards frames and, at an
 //   early drop, asks the policy.
 // - `policy`: the one place that decides (drain or skip, which body's code
@@ -410,6 +433,7 @@ mod policy;
 pub mod recipes {}
 mod request;
 mod response;
+mod roads;
 mod runtime;
 mod sending;
 mod service;

@@ -13,9 +13,9 @@ use std::time::Instant;
 use http_body::SizeHint;
 
 use crate::budget::DrainBudget;
+use crate::http2::Streams;
 use crate::origin::{Origin, OriginAt};
 use crate::outcome::Reason;
-use crate::response::DropContext;
 use crate::shared::Shared;
 use crate::sizing;
 use crate::stats::Slot;
@@ -129,11 +129,11 @@ pub(crate) fn resets_the_stream(reason: Reason) -> bool {
     !matches!(reason, Reason::EndOfBody | Reason::PacedToEnd | Reason::BodyError | Reason::BodyPanic)
 }
 
-/// HTTP/2: whether the stream of the response `ctx` describes may be reset
+/// HTTP/2: whether a stream of these `streams` (its origin's) may be reset
 /// `now`, its connection able to remember the reset (then counted), or
 /// when to ask again (see `http2.rs`).
-pub(crate) fn may_reset(ctx: &DropContext, now: Instant) -> Result<(), Instant> {
-    ctx.streams().try_reset(ctx.shared().config.reset_memory, now)
+pub(crate) fn may_reset(shared: &Shared, streams: &Streams, now: Instant) -> Result<(), Instant> {
+    streams.try_reset(shared.config.reset_memory, now)
 }
 
 /// Whether the drop may run code of a body of type `B`: only of hyper's
@@ -147,13 +147,14 @@ pub(crate) fn runs_in_the_drop<B: 'static>() -> bool {
 }
 
 /// Admits a drain that has to wait for the server to the background, under
-/// `max_concurrent_drains`, of which one origin may take at most half (so
-/// that one origin's drops never leave none for the others): its slot, and
-/// whether it took one of `origin`'s; `None` (`saturated`) when there is no
-/// room. A drain that ends in the drop holds no slot.
+/// `max_concurrent_drains`, of which one origin may take at most three
+/// quarters once the layer has seen another (so that one origin's drops,
+/// a stalling server's say, always leave slots for the others): its slot,
+/// and whether it took one of `origin`'s; `None` (`saturated`) when there
+/// is no room. A drain that ends in the drop holds no slot.
 pub(crate) fn admit(shared: &Shared, origin: Option<&Origin>) -> Option<(Slot, bool)> {
     let cap = shared.config.max_concurrent_drains;
-    let share = cap.div_ceil(2).max(1);
+    let share = if shared.origins.len() > 1 { (cap - cap / 4).max(1) } else { cap };
     let took = match origin {
         Some(origin) if !origin.try_take_slot(share) => return None,
         Some(_) => true,

@@ -11,6 +11,13 @@ use crate::origin::{Origin, Origins};
 use crate::sizing;
 use crate::stats::DrainStats;
 
+/// Media types of open-ended streams unless the user lists others: server-
+/// sent events, and gRPC (`application/grpc`, `application/grpc+proto`, …),
+/// whose streams a client cancels by resetting them. An entry ending in `*`
+/// matches every media type that starts with what comes before it
+/// (`headers::inspect`).
+const DEFAULT_STREAM_TYPES: [&str; 3] = ["text/event-stream", "application/grpc", "application/grpc+*"];
+
 /// The layer's settings.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Config {
@@ -34,9 +41,7 @@ impl Default for Config {
             enabled: true,
             budgets: sizing::Settings::default(),
             max_concurrent_drains: 1024,
-            stream_types: Arc::from(
-                crate::headers::DEFAULT_STREAM_TYPES.iter().map(|t| t.to_string()).collect::<Vec<_>>(),
-            ),
+            stream_types: Arc::from(DEFAULT_STREAM_TYPES.iter().map(|t| t.to_string()).collect::<Vec<_>>()),
             reset_memory: crate::http2::H2_RESET_MEMORY,
             default_origin: None,
         }

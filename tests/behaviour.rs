@@ -32,10 +32,11 @@ async fn h2_server() -> (std::net::SocketAddr, Arc<AtomicUsize>) {
     .await
 }
 
-/// HTTP/2 bodies dropped unread are drained too: each stream ends normally
-/// (no reset), on one connection.
+/// HTTP/2 bodies dropped unread never cost the connection: each ends in the
+/// drop (its data had all arrived) or has its stream reset there (its
+/// connection can remember ten resets), on one connection.
 #[tokio::test]
-async fn http2_bodies_are_drained_and_their_streams_end() {
+async fn http2_bodies_dropped_unread_end_or_are_reset_on_one_connection() {
     let (addr, accepted) = h2_server().await;
     let client = Client::builder(TokioExecutor::new()).http2_only(true).build_http::<Empty<Bytes>>();
     let layer = DrainOnDropLayer::new().max_time(SECONDS);
@@ -48,8 +49,9 @@ async fn http2_bodies_are_drained_and_their_streams_end() {
         drop(res);
     }
     let snap = settle(&stats, SECONDS).await;
-    assert_eq!(snap.count(Reason::EndOfBody), 10, "drained to the end: {snap:?}");
-    assert_eq!(snap.bytes_drained, 10 * 64 * KIB as u64, "{snap:?}");
+    let (ended, reset) = (snap.count(Reason::EndOfBody), snap.count(Reason::Reset));
+    assert_eq!(ended + reset, 10, "ended in the drop, or reset there: {snap:?}");
+    assert!(snap.bytes_drained <= 10 * 64 * KIB as u64, "{snap:?}");
     assert_eq!(accepted.load(Ordering::SeqCst), 1, "HTTP/2 multiplexes over one connection");
 }
 

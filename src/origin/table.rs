@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, BuildHasherDefault, Hasher, RandomState};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::Origin;
@@ -54,11 +54,17 @@ pub(crate) struct Origins {
     table: Mutex<Table>,
     /// Seeds the origins' hashes, differently in every table.
     seed: u64,
+    /// Origins in the table, readable without its lock.
+    tracked: AtomicUsize,
 }
 
 impl Default for Origins {
     fn default() -> Self {
-        Origins { table: Mutex::default(), seed: RandomState::new().hash_one(0u8) }
+        Origins {
+            table: Mutex::default(),
+            seed: RandomState::new().hash_one(0u8),
+            tracked: AtomicUsize::new(0),
+        }
     }
 }
 
@@ -102,6 +108,7 @@ impl Origins {
         }
         let origin = Arc::new(Origin::new(OriginKey::new(parts), now));
         table.by_hash.insert(hash, origin.clone());
+        self.tracked.store(table.by_hash.len(), Ordering::Relaxed);
         Some(origin)
     }
 
@@ -113,9 +120,9 @@ impl Origins {
         all
     }
 
-    /// Origins tracked now.
+    /// Origins tracked now (without the table's lock: as of a moment ago).
     pub(crate) fn len(&self) -> usize {
-        self.table().by_hash.len()
+        self.tracked.load(Ordering::Relaxed)
     }
 }
 

@@ -131,3 +131,54 @@ async fn many_callers(layer: DrainOnDropLayer) -> (usize, drain_on_drop::DrainSn
     rig.settle().await;
     (rig.connector.count(), rig.stats.snapshot(), read.load(Ordering::SeqCst))
 }
+
+/// One origin cannot take every drain slot: with a cap of 8 and a second
+/// origin known to the layer, 20 callers dropping a stalling origin's
+/// bodies at once get at most 6 drains (three quarters); a body of the
+/// other origin dropped meanwhile, which has to wait 50 ms for its tail,
+/// still finds a slot and is drained.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_stalling_origin_leaves_a_quarter_of_the_drain_slots_to_the_others() {
+    const CALLERS: usize = 20;
+    const CAP: usize = 8;
+    let layer = DrainOnDropLayer::new().max_time(SLACK).max_concurrent_drains(CAP);
+    let stalling = RawServer::start(stalled).await;
+    let other = RawServer::start(|_: &Head| {
+        let body = body_bytes(1, 4096);
+        vec![
+            Step::Write(cat(&[&cl_head(4096), &body[..1024]])),
+            Step::Sleep(std::time::Duration::from_millis(50)),
+            Step::Write(body[1024..].to_vec()),
+        ]
+    })
+    .await;
+    let (client, _) = client();
+    let svc = tower::ServiceBuilder::new().layer(layer.clone()).service(client);
+    // The layer knows both origins.
+    let warm = svc.clone().oneshot(get(other.uri("/warm"))).await.unwrap();
+    read_all(warm.into_body()).await.unwrap();
+    let barrier = Arc::new(Barrier::new(CALLERS));
+    let mut callers = Vec::new();
+    for _ in 0..CALLERS {
+        let (svc, req, barrier) = (svc.clone(), get(stalling.uri("/stall")), barrier.clone());
+        callers.push(tokio::spawn(async move {
+            let res = svc.oneshot(req).await.unwrap();
+            barrier.wait().await;
+            drop(res);
+        }));
+    }
+    for caller in callers {
+        caller.await.expect("no caller panics");
+    }
+    let stalled_drains = layer.stats().snapshot().in_flight;
+    assert!(stalled_drains <= 6, "the stalling origin holds at most 3/4 of 8 slots: {stalled_drains}");
+    let res = svc.clone().oneshot(get(other.uri("/tail"))).await.unwrap();
+    drop(res);
+    let s = settle(&layer.stats(), SECONDS).await;
+    assert_eq!(s.count(Reason::EndOfBody), 1, "the other origin's drop found a slot and was drained: {s:?}");
+    assert_eq!(
+        s.count(Reason::OverTime),
+        stalled_drains,
+        "the stalling origin's drains ran out of time: {s:?}"
+    );
+}
