@@ -1,8 +1,8 @@
-//! hyper's own HTTP/1 connections with the drain: [`Http1Sender`], a tower
-//! `Service` over `hyper::client::conn::http1::SendRequest` whose
-//! responses come back with the layer's drain, for a pool of yours or
-//! hyper-util's `client::pool::cache` (which wants a `Service` per
-//! connection).
+//! hyper's own connections with the drain: [`Http1Sender`] and
+//! [`Http2Sender`] (cargo feature `http2`), tower `Service`s over
+//! `hyper::client::conn::{http1, http2}::SendRequest` whose responses come
+//! back with the layer's drain, for a pool of yours or hyper-util's
+//! `client::pool::cache` (which wants a `Service` per connection).
 
 use std::fmt;
 use std::future::Future;
@@ -81,5 +81,82 @@ where
         let sending = Sending::new(RequestInfo::read(&self.shared, &req));
         let response = self.sender.send_request(req);
         Box::pin(async move { Ok(sending.wrap_response(response.await?)) })
+    }
+}
+
+/// One of hyper's HTTP/2 connections (`client::conn::http2::SendRequest`)
+/// as a tower `Service`, each response with the drain of the layer that
+/// made it ([`DrainOnDropLayer::http2_sender`](crate::DrainOnDropLayer::http2_sender)):
+/// a body dropped early has its stream reset while the connection can
+/// remember the reset, and is otherwise read on or held (see the crate's
+/// [HTTP/2](crate#http2) section). Cheap to clone, like the connection: one
+/// clone per caller.
+///
+/// A request waits, before it is sent, while drains of its origin hold as
+/// many streams as the layer allows them. Its origin is the URI's
+/// authority, or the layer's [`default_origin`](crate::DrainOnDropLayer::default_origin).
+#[cfg(feature = "http2")]
+pub struct Http2Sender<B> {
+    sender: hyper::client::conn::http2::SendRequest<B>,
+    shared: Arc<Shared>,
+}
+
+#[cfg(feature = "http2")]
+impl<B> Http2Sender<B> {
+    pub(crate) fn new(sender: hyper::client::conn::http2::SendRequest<B>, shared: Arc<Shared>) -> Self {
+        Http2Sender { sender, shared }
+    }
+
+    /// The connection.
+    pub fn get_ref(&self) -> &hyper::client::conn::http2::SendRequest<B> {
+        &self.sender
+    }
+
+    /// Unwraps the connection.
+    pub fn into_inner(self) -> hyper::client::conn::http2::SendRequest<B> {
+        self.sender
+    }
+}
+
+#[cfg(feature = "http2")]
+impl<B> Clone for Http2Sender<B> {
+    fn clone(&self) -> Self {
+        Http2Sender { sender: self.sender.clone(), shared: self.shared.clone() }
+    }
+}
+
+#[cfg(feature = "http2")]
+impl<B> fmt::Debug for Http2Sender<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Http2Sender").field("layer", &self.shared).finish_non_exhaustive()
+    }
+}
+
+#[cfg(feature = "http2")]
+impl<B> Service<Request<B>> for Http2Sender<B>
+where
+    B: http_body::Body + Send + Unpin + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    type Response = Response<DrainBody<Incoming>>;
+    type Error = hyper::Error;
+    /// Boxed: hyper's `send_request` future cannot be named.
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, hyper::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), hyper::Error>> {
+        self.sender.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<B>) -> Self::Future {
+        let mut request = RequestInfo::read(&self.shared, &req);
+        // hyper sends an HTTP/2 request as soon as it is given one: the
+        // wait for the origin's streams comes first.
+        let mut sender = self.sender.clone();
+        Box::pin(async move {
+            std::future::poll_fn(|cx| request.poll_send(cx)).await;
+            let response = sender.send_request(req).await?;
+            Ok(Sending::new(request).wrap_response(response))
+        })
     }
 }

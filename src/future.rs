@@ -46,8 +46,8 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         if !*this.sent {
-            if let Some(request) = this.request.as_ref() {
-                ready!(request.shared.streams(request.origin.as_deref()).poll_send(cx));
+            if let Some(request) = this.request.as_mut() {
+                ready!(request.poll_send(cx));
             }
             *this.sent = true;
         }

@@ -445,6 +445,8 @@ mod timer;
 pub use body::DrainBody;
 pub use budget::DrainBudget;
 pub use conn::Http1Sender;
+#[cfg(feature = "http2")]
+pub use conn::Http2Sender;
 pub use http2::ResetMemory;
 pub use layer::DrainOnDropLayer;
 pub use observe::{ConnectionReuse, ObserveConnector};

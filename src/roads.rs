@@ -8,6 +8,8 @@ use http_body::Body;
 
 use crate::body::DrainBody;
 use crate::conn::Http1Sender;
+#[cfg(feature = "http2")]
+use crate::conn::Http2Sender;
 use crate::layer::DrainOnDropLayer;
 use crate::policy;
 use crate::request::RequestInfo;
@@ -84,6 +86,36 @@ impl DrainOnDropLayer {
     /// ```
     pub fn http1_sender<B>(&self, sender: hyper::client::conn::http1::SendRequest<B>) -> Http1Sender<B> {
         Http1Sender::new(sender, self.shared.clone())
+    }
+
+    /// One of hyper's own HTTP/2 connections as a tower `Service` whose
+    /// responses carry this layer's drain: see [`Http2Sender`]. Clone it
+    /// for each caller. Cargo feature `http2`.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    /// use drain_on_drop::DrainOnDropLayer;
+    /// use http_body_util::Empty;
+    /// use hyper::body::Bytes;
+    /// use hyper_util::rt::{TokioExecutor, TokioIo};
+    /// use tower::{Service, ServiceExt};
+    ///
+    /// let mut builder = hyper::client::conn::http2::Builder::new(TokioExecutor::new());
+    /// // The connection remembers 10,000 reset streams, and the layer knows it.
+    /// let layer = DrainOnDropLayer::new().http2_reset_memory(&mut builder, 10_000);
+    /// let io = TokioIo::new(tokio::net::TcpStream::connect("127.0.0.1:8080").await?);
+    /// let (sender, conn) = builder.handshake::<_, Empty<Bytes>>(io).await?;
+    /// tokio::spawn(conn);
+    /// let mut svc = layer.http2_sender(sender);
+    /// let req = http::Request::get("http://127.0.0.1:8080/events").body(Empty::new())?;
+    /// let res = svc.ready().await?.call(req).await?;
+    /// drop(res); // its stream is reset: the server stops sending
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(feature = "http2")]
+    pub fn http2_sender<B>(&self, sender: hyper::client::conn::http2::SendRequest<B>) -> Http2Sender<B> {
+        Http2Sender::new(sender, self.shared.clone())
     }
 
     /// [`sending`](Self::sending) from the parts of a request's head, for a

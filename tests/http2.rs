@@ -148,3 +148,40 @@ impl http_body::Body for Events {
         std::task::Poll::Ready(Some(Ok(http_body::Frame::data(Bytes::from_static(b"data: tick\n\n")))))
     }
 }
+
+/// hyper's own HTTP/2 connection as a service (`Http2Sender`), shared by 16
+/// callers dropping 1 MiB bodies: with h2's default reset memory and with
+/// a memory of 10,000 set in one call on hyper's builder and the layer, no
+/// request fails; with the larger memory every drop is reset (none read),
+/// as Go's client does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hyper_s_own_http2_connection_loses_nothing_with_either_reset_memory() {
+    const N: usize = 1_000;
+    for memory in [None, Some(10_000)] {
+        let (addr, accepted) = h2c_server(BODY).await;
+        let mut builder = hyper::client::conn::http2::Builder::new(TokioExecutor::new());
+        let mut layer = DrainOnDropLayer::new();
+        if let Some(memory) = memory {
+            layer = layer.http2_reset_memory(&mut builder, memory);
+        }
+        let io = hyper_util::rt::TokioIo::new(tokio::net::TcpStream::connect(addr).await.unwrap());
+        let (sender, conn) = builder.handshake::<_, Empty<Bytes>>(io).await.unwrap();
+        tokio::spawn(conn);
+        let uri: http::Uri = format!("http://{addr}/").parse().unwrap();
+        let run = h2_traffic(layer.http2_sender(sender), uri, CALLERS, N, false).await;
+        assert_eq!((run.sent, run.failed), (N, 0), "reset memory {memory:?}: {run:?}");
+        assert_eq!(accepted.load(Ordering::SeqCst), 1);
+        let s = settle(&layer.stats(), SECONDS).await;
+        let counted = s.drained + s.abandoned + s.skipped + s.failed;
+        assert_eq!(counted, N as u64, "each early drop counted once: {s:?}");
+        if memory.is_some() {
+            let reset = s.count(Reason::DeclaredOverBudget) + s.count(Reason::Reset);
+            assert_eq!(
+                reset + s.count(Reason::EndOfBody),
+                N as u64,
+                "reset at the drop, never read on: {s:?}"
+            );
+        }
+        println!("reset memory {memory:?}: {s:?}");
+    }
+}
