@@ -14,6 +14,9 @@
 //   /len/N      N bytes with content-length, in 16 KiB writes, each waiting
 //               for 'drain' when write() says the stream's buffer is full.
 //   /nolen/N    the same without content-length.
+//   /whole/N    N bytes with content-length in one end() call, as an app
+//               answering with a Buffer does: Node queues the whole body on
+//               the stream and sends it as flow control allows.
 //   /sse        text/event-stream, one event every 20 ms, never ends.
 //   /trickle    application/octet-stream, no content-length, 1 KiB every
 //               50 ms, never ends.
@@ -196,6 +199,14 @@ function serve(stream, path, query) {
       const cl = query.get('cl');
       if (cl !== null) head['content-length'] = Number(cl);
       stream.respond(head);
+      return;
+    }
+    case 'whole': {
+      const n = Number(parts[2]);
+      if (parts.length !== 3 || !Number.isInteger(n) || n < 0) break;
+      stream.respond({ ':status': 200, 'content-type': 'application/octet-stream', 'content-length': n });
+      c.bytes_written += n;
+      stream.end(Buffer.alloc(n, 'w'));
       return;
     }
     case 'small':
