@@ -206,7 +206,7 @@ fn run_once(
     // The server's and the proxy's counts catch up with the client's last frames.
     std::thread::sleep(Duration::from_millis(100));
     let frames: FrameCounts = counter.counts();
-    let note = server.note(&runtimes.client);
+    let note = server.note(&runtimes.client, frames.connections);
     Ok(Some(Figures { run, frames, total, drains: layer.map(|l| l.stats().snapshot()), note }))
 }
 

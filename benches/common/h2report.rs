@@ -286,11 +286,10 @@ impl Report {
             let read_failed = get(medians, Policy::ReadToEnd).map_or("-".into(), |m| m.failed.0.to_string());
             if let Some(l) = get(medians, Policy::Layer) {
                 if l.failed.0 > 0 {
-                    let error = l.run.run.first_error.clone().unwrap_or_default();
-                    let error: String = error.chars().take(120).collect();
                     misses.push(format!(
-                        "{label}: the layer failed {} (read-to-end {read_failed}); first error: {error}",
-                        l.failed()
+                        "{label}: the layer failed {} (read-to-end {read_failed}); first error: {}",
+                        l.failed(),
+                        first_error(l)
                     ));
                 }
                 if *group == Group::Today && (l.connections > 1 || l.goaways > 0) {
@@ -301,7 +300,12 @@ impl Report {
                 }
             }
             if let Some(r) = get(medians, Policy::Road).filter(|r| r.failed.0 > 0) {
-                misses.push(format!("{label}: the road failed {} (read-to-end {read_failed})", r.failed()));
+                let go = get(medians, Policy::Go).map_or("-".into(), |m| m.failed.0.to_string());
+                misses.push(format!(
+                    "{label}: the road failed {} (read-to-end {read_failed}, Go {go}); first error: {}",
+                    r.failed(),
+                    first_error(r)
+                ));
             }
             let tell = |a: Policy, b: Policy| {
                 let ranges = get(medians, a).zip(get(medians, b)).map(|(x, y)| {
@@ -359,6 +363,11 @@ fn code_name(code: usize) -> String {
         "HTTP_1_1_REQUIRED",
     ];
     NAMES.get(code).map_or_else(|| format!("0x{code:x}"), |n| n.to_string())
+}
+
+/// The median run's first error, shortened.
+fn first_error(m: &Medians) -> String {
+    m.run.run.first_error.as_deref().unwrap_or_default().chars().take(120).collect()
 }
 
 fn get(medians: &[(Policy, Medians)], p: Policy) -> Option<&Medians> {

@@ -206,13 +206,14 @@ impl Server {
 
     /// What the server itself counted, in a few words: Node's refused
     /// streams, broken sessions and most streams open at once; Go's most
-    /// handlers at once; hyper's accepted connections; nothing for nginx.
-    pub fn note(&self, client: &Runtime) -> String {
+    /// handlers at once; hyper's accepted connections when they differ
+    /// from `connections` (the frame counter's); nothing for nginx.
+    pub fn note(&self, client: &Runtime, connections: usize) -> String {
         match self.kind {
-            ServerKind::Hyper => {
-                let n = self.hyper.as_ref().map_or(0, H2Server::accepted);
-                format!("server conns {n}")
-            }
+            ServerKind::Hyper => match self.hyper.as_ref().map_or(0, H2Server::accepted) {
+                n if n != connections => format!("server accepted {n}"),
+                _ => String::new(),
+            },
             ServerKind::Nginx => String::new(),
             ServerKind::Node(_) | ServerKind::Go(_) => {
                 let Ok(json) = client.block_on(get_stats(self.addr)) else {
