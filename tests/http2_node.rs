@@ -7,9 +7,10 @@
 //!   stops a client from opening streams. A session counts its streams and
 //!   the data queued to send against 10 MB (`maxSessionMemory`); past it, it
 //!   refuses new streams (RST_STREAM ENHANCE_YOUR_CALM, which the caller
-//!   gets as its error) and, after more than 100 refusals in a row, fails
-//!   the session: GOAWAY INTERNAL_ERROR, every stream on it reset. A client
-//!   that keeps dropped streams open (draining them) piles them up there.
+//!   gets as its error) and, with many streams open, may fail the whole
+//!   session ("The user callback function failed": GOAWAY INTERNAL_ERROR,
+//!   every stream on it reset). A client that keeps dropped streams open
+//!   (draining them) piles them up there.
 //! - Its nghttp2 (1.57 and later) takes at most 1,000 RST_STREAM frames per
 //!   connection in a burst, then 33 a second, whatever the streams' state
 //!   (h2's STREAM_CLOSED answers to DATA for forgotten streams count too);

@@ -48,9 +48,9 @@
 //   stream_errors: 'error' events on streams;
 //   refused: streams the client opened that never reached JavaScript: Node
 //   refuses a new stream it cannot hold (its session memory is full) with
-//   RST_STREAM ENHANCE_YOUR_CALM before its 'stream' event, and, after more
-//   than 100 refusals in a row, fails the session ("The user callback
-//   function failed"). Counted per session as the streams the client opened
+//   RST_STREAM ENHANCE_YOUR_CALM before its 'stream' event (and at times
+//   fails the session: "The user callback function failed"). Counted per
+//   session as the streams the client opened
 //   (client stream ids are odd and consecutive: the last id nghttp2
 //   processed, `session.state.lastProcStreamID`, says how many) minus those
 //   that reached JavaScript;
