@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# What README.md promises about itself, checked (issue 34):
+#
+# - it stays within 300 lines, whatever a section grows into (detail
+#   belongs in docs/GUIDE.md);
+# - every link works where the README is read without the repository
+#   (crates.io, docs.rs): no relative link, and a link into the package
+#   (docs.rs's source view) names a file `cargo package --list` lists;
+# - no version of this crate that a newcomer never saw is named in the
+#   README, the guide or the rustdoc (the CHANGELOG's business);
+# - the road table says where each road's piece goes and what it cannot
+#   see, reuse included;
+# - the stack in "Where it goes in a stack" is stacks/examples/stack.rs's,
+#   line for line (that example is built and run by .ci/examples.sh), and
+#   its retry policy is the recipes' (src/recipes.md, run as doctests of
+#   `stacks`);
+# - "Working on it" says what `cargo test` builds and how long it takes.
+#
+# `bash .ci/readme.sh publish [cargo args]` runs the README's publish
+# command with `--dry-run` and the arguments given (it must publish from the
+# root, as typed).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+fail() { echo "readme: $*" >&2; exit 1; }
+
+# The lines of the first ```$2 block under the "## $1" heading.
+block() {
+    awk -v heading="## $1" -v fence='```'"$2" '
+        /^## / { section = ($0 == heading); next }
+        section && !found && !inside && index($0, fence) == 1 { inside = 1; next }
+        inside && /^```/ { inside = 0; found = 1; next }
+        inside { print }
+    ' README.md
+}
+
+if [ "${1:-}" = publish ]; then
+    shift
+    command=$(block "Working on it" sh | sed -n 's/^\(cargo publish[^#]*\)#.*/\1/p' | sed 's/ *$//')
+    [ -n "$command" ] || fail "no \`cargo publish\` line in the sh block of 'Working on it'"
+    grep -Eqx 'cargo publish( -p [a-z0-9-]+)?' <<<"$command" || fail "unexpected publish command: $command"
+    echo "readme: $command --dry-run $*"
+    # Word splitting on purpose: the command as a reader types it.
+    # shellcheck disable=SC2086
+    $command --dry-run "$@"
+    exit 0
+fi
+
+lines=$(wc -l <README.md)
+[ "$lines" -le 300 ] || fail "README.md has $lines lines; at most 300 (move detail to docs/GUIDE.md)"
+echo "readme: $lines lines (at most 300)"
+
+# Links: inline `](target)` and reference definitions `[name]: target`,
+# outside code blocks.
+links=$(awk '/^```/ { code = !code; next } !code' README.md |
+    grep -oE '\]\([^)]*\)|^\[[^]]+\]: *[^ ]+' | sed -E 's/^\]\(//; s/\)$//; s/^\[[^]]+\]: *//')
+packaged=$(cargo package --locked -p drain-on-drop --list --allow-dirty 2>/dev/null) ||
+    fail "cargo package --list failed (run it to see why)"
+source_view=https://docs.rs/crate/drain-on-drop/latest/source/
+while read -r link; do
+    [ -n "$link" ] || continue
+    case "$link" in
+        "$source_view"*)
+            file=${link#"$source_view"}
+            grep -qx "$file" <<<"$packaged" || fail "link to $file, which the package does not hold"
+            ;;
+        https://* | http://* | '#'*) ;;
+        *) fail "relative link '$link': it breaks on crates.io and docs.rs (link into the package through $source_view)" ;;
+    esac
+done <<<"$links"
+echo "readme: $(wc -l <<<"$links") links, none relative, every one into the package packaged"
+
+# Versions of this crate before the current one, from the CHANGELOG's
+# headings: named in reader-facing text only by the CHANGELOG.
+current=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -1)
+for v in $(sed -n 's/^## \[\([0-9][0-9.]*\)\].*/\1/p' CHANGELOG.md); do
+    [ "$v" != "$current" ] || continue
+    minor=${v%.*}
+    pattern="(^|[^0-9.])(${v//./\\.}|${minor//./\\.}'s)([^0-9]|$)"
+    hits=$(
+        grep -nE "$pattern" README.md docs/GUIDE.md src/recipes.md || true
+        grep -nE "^ *//[/!].*$pattern" src/*.rs src/*/*.rs || true
+    )
+    [ -z "$hits" ] || fail "version $v named outside the CHANGELOG:
+$hits"
+done
+echo "readme: no earlier version of the crate named in the README, the guide or the rustdoc"
+
+# The road table.
+roads=$(awk '/^## / { on = ($0 == "## Which road"); next } on' README.md)
+grep -q '^| you use | the road | its piece goes | it cannot see |$' <<<"$roads" ||
+    fail "the road table lacks its 'its piece goes' and 'it cannot see' columns"
+grep -q '^| reqwest with reqwest-middleware .*last .*reuse' <<<"$roads" ||
+    fail "the reqwest-middleware road should say that it goes last and cannot see reuse"
+echo "readme: the road table says where each piece goes and what it cannot see"
+
+# The stack: every line of the README's block, in order, in the example
+# (spaces normalised: the README aligns its comments).
+normalise() { sed -E 's/^ +//; s/ +/ /g; s/ $//' | grep -v '^$'; }
+subsequence() { # $1: lines expected in order in $2
+    awk 'NR == FNR { want[++n] = $0; next } i < n && $0 == want[i + 1] { i++ } END { if (i < n) { print want[i + 1]; exit 1 } }' \
+        <(normalise <<<"$1") <(normalise <<<"$2")
+}
+stack=$(block "Where it goes in a stack" rust)
+[ -n "$stack" ] || fail "no rust block under 'Where it goes in a stack'"
+grep -q '^impl.*Policy<' <<<"$stack" || fail "the stack's retry policy is not written out"
+missing=$(subsequence "$stack" "$(cat stacks/examples/stack.rs)") ||
+    fail "the README's stack is not stacks/examples/stack.rs's; first line not found there, in order: $missing"
+policy=$(sed '/^let /,$d' <<<"$stack")
+# The recipe's code, its hidden lines (`# `) shown.
+recipe=$(awk '/^```/ { code = !code } !code && /^# / { on = ($0 == "# A tower-http stack"); next } on' src/recipes.md |
+    sed 's/^# //; s/^#$//')
+missing=$(subsequence "$policy" "$recipe") ||
+    fail "the README's retry policy is not the recipes' (src/recipes.md, 'A tower-http stack'): $missing"
+echo "readme: the stack is stacks/examples/stack.rs's, its retry policy the recipes'"
+
+# What `cargo test` costs.
+working=$(block "Working on it" sh)
+grep -Eq '^cargo test +# .*[0-9]+ crates.*[0-9]+ min' <<<"$working" ||
+    fail "'Working on it' should say how many crates \`cargo test\` builds and how long it takes"
+echo "readme: says what cargo test builds"
