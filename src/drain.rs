@@ -31,7 +31,7 @@ use tokio::runtime::Handle;
 
 use crate::budget::{Allowance, DrainBudget, Spending};
 use crate::event::OriginView;
-use crate::http2::MAX_WAIT;
+use crate::http2::{self, MAX_WAIT};
 use crate::outcome::Reason;
 use crate::policy;
 use crate::response::DropContext;
@@ -41,9 +41,11 @@ use crate::timer::Deadline;
 
 /// How a drain starts.
 pub(crate) enum Start {
-    /// Read within this budget (counted from the drop). On HTTP/2 the
-    /// budget does not apply: what has arrived is read in the drop, and a
-    /// body that has to wait for more is reset (or waits for room to be).
+    /// Read within this budget (counted from the drop). On HTTP/2 a body
+    /// that stalls is given up too (`stalled`), and one given up has its
+    /// stream reset once its connection can remember the reset; or, when
+    /// the layer was told to reset at once (`http2_reset_memory`), what has
+    /// arrived is read in the drop and the rest reset there.
     Budget(DrainBudget),
     /// HTTP/2: a drop skipped for `reason`, whose reset found no room:
     /// wait for room, asking again at `ask_at`.
@@ -61,12 +63,11 @@ where
     let fetched = ctx.take_runtime();
     let now = Instant::now();
     let http2 = ctx.http2();
+    let resets_at_once = http2 && ctx.shared().config.reset_memory.is_some();
     let (budget, wait) = match start {
-        Start::Budget(_) if http2 => (DrainBudget::new(u64::MAX, Duration::MAX), None),
+        Start::Budget(_) if resets_at_once => (UNLIMITED, None),
         Start::Budget(budget) => (budget, None),
-        Start::WaitForRoom { reason, ask_at } => {
-            (DrainBudget::new(u64::MAX, Duration::MAX), Some(Wait { reason, ask_at, since: now }))
-        }
+        Start::WaitForRoom { reason, ask_at } => (UNLIMITED, Some(Wait { reason, ask_at, since: now })),
     };
     let mut drain = Drain {
         allowance: Allowance::from_drop(budget, now),
@@ -82,6 +83,7 @@ where
         polled: false,
         wait,
         reset_counted: false,
+        last_frame: None,
     };
     if drain.wait.is_none() && policy::runs_in_the_drop::<B>() {
         // hyper's body does not panic; if it ever did, the drop must not.
@@ -92,9 +94,10 @@ where
             Err(_) => return drain.finish(Reason::BodyPanic),
         }
     }
-    // HTTP/2: a body that has to wait for the server is reset now, if its
-    // connection can remember the reset; else it waits for room.
-    if http2 && drain.wait.is_none() {
+    // HTTP/2, told to reset at once: a body that has to wait for the
+    // server is reset now, if its connection can remember the reset; else
+    // it waits for room.
+    if resets_at_once && drain.wait.is_none() {
         match policy::may_reset(drain.ctx.shared(), drain.ctx.streams(), now) {
             Ok(()) => {
                 drain.reset_counted = true;
@@ -111,11 +114,15 @@ where
         Some((slot, origin_slot)) => (drain.slot, drain.origin_slot) = (Some(slot), origin_slot),
         None => return drain.finish(policy::cannot_wait(Reason::Saturated, drain.bytes > 0)),
     }
-    if drain.wait.is_some() {
+    if http2 {
         drain.ctx.streams().hold();
     }
     spawn(&runtime, drain, fallback);
 }
+
+/// A budget that never runs out: HTTP/2 drains that wait for room read
+/// past their budgets.
+const UNLIMITED: DrainBudget = DrainBudget { max_bytes: u64::MAX, max_time: Duration::MAX };
 
 /// HTTP/2: a drain whose reset waits for room (see `http2.rs`).
 #[derive(Clone, Copy, Debug)]
@@ -214,6 +221,9 @@ struct Drain<B> {
     wait: Option<Wait>,
     /// HTTP/2: the reset this drain ends with was counted by the room.
     reset_counted: bool,
+    /// When the last frame came, if any: an HTTP/2 drain whose body sends
+    /// nothing for a while has stalled (see [`Drain::read_h2`]).
+    last_frame: Option<Instant>,
 }
 
 impl<B> Drain<B>
@@ -222,15 +232,38 @@ where
 {
     /// The task's drain: every way a drain ends. Within its budget it reads
     /// until an outcome, waiting for the server until the deadline (the
-    /// crate's own timer, which needs no time driver: see `timer.rs`).
-    /// Waiting for room (HTTP/2), it reads on (or holds the body unread, an
-    /// open-ended stream) until the body ends or the room lets the reset
-    /// through, asking again when the room says, for at most [`MAX_WAIT`].
+    /// crate's own timer, which needs no time driver: see `timer.rs`); on
+    /// HTTP/2 also until the body stalls. An HTTP/2 drain given up resets
+    /// its stream if its connection can remember the reset, or else waits
+    /// for room: reading on (or, an open-ended stream, holding the body
+    /// unread) until the body ends or the room lets the reset through,
+    /// asking again when the room says, for at most [`MAX_WAIT`].
     async fn run(&mut self) -> Reason {
-        let mut deadline = self.allowance.deadline.map(Deadline::at);
-        let Some(wait) = self.wait else {
-            return self.read(deadline.as_mut()).await;
-        };
+        if self.wait.is_none() {
+            let mut deadline = self.allowance.deadline.map(Deadline::at);
+            let http2 = self.ctx.http2();
+            let reason = if http2 {
+                self.read_h2(deadline.as_mut()).await
+            } else {
+                self.read(deadline.as_mut()).await
+            };
+            if !http2 || !policy::resets_the_stream(reason) {
+                return reason;
+            }
+            let now = Instant::now();
+            match policy::may_reset(self.ctx.shared(), self.ctx.streams(), now) {
+                Ok(()) => {
+                    self.reset_counted = true;
+                    return reason;
+                }
+                Err(ask_at) => {
+                    self.allowance = Allowance::from_drop(UNLIMITED, self.allowance.dropped_at);
+                    self.crossed = false;
+                    self.wait = Some(Wait { reason, ask_at, since: now });
+                }
+            }
+        }
+        let Some(wait) = self.wait else { unreachable!("a drain that reaches here waits for room") };
         let reads = policy::reads_while_waiting(wait.reason);
         let give_up = wait.since + MAX_WAIT;
         let mut ask_at = wait.ask_at;
@@ -250,18 +283,42 @@ where
                 None => {}
             }
             let now = Instant::now();
-            // A body read meanwhile was drained in part: `reset`; one held
-            // unread keeps the reason it was skipped for.
-            let reason = if reads { Reason::Reset } else { wait.reason };
             match policy::may_reset(self.ctx.shared(), self.ctx.streams(), now) {
                 Ok(()) => {
                     self.reset_counted = true;
-                    return reason;
+                    return wait.reason;
                 }
-                Err(_) if now >= give_up => return reason,
+                Err(_) if now >= give_up => return wait.reason,
                 Err(next) => ask_at = next,
             }
         }
+    }
+
+    /// [`read`](Self::read) for HTTP/2, which also gives up (`stalled`)
+    /// when no frame came for [`http2::stall_after`] the origin's round
+    /// trip: a server with nothing more to send now gets its stream back
+    /// rather than have it held (a stream, unlike an HTTP/1 connection,
+    /// saves nothing by being held).
+    async fn read_h2(&mut self, mut deadline: Option<&mut Deadline>) -> Reason {
+        let stall_after = http2::stall_after(self.ctx.origin().and_then(|o| o.round_trip));
+        let started = Instant::now();
+        // Fires when the body would have stalled had no frame come since
+        // it was set; moved on then (not at every frame) if one came.
+        let mut quiet = Deadline::at(started + stall_after);
+        poll_fn(|cx| {
+            if let Poll::Ready(reason) = self.poll_guarded(cx, deadline.as_deref_mut()) {
+                return Poll::Ready(reason);
+            }
+            loop {
+                ready!(quiet.poll_elapsed(cx));
+                let stalls_at = self.last_frame.unwrap_or(started) + stall_after;
+                if Instant::now() >= stalls_at {
+                    return Poll::Ready(Reason::Stalled);
+                }
+                quiet = Deadline::at(stalls_at);
+            }
+        })
+        .await
     }
 
     /// Reads within the budget until an outcome.
@@ -310,7 +367,10 @@ where
                 }
                 Poll::Ready(None) => return Poll::Ready(Reason::EndOfBody),
                 Poll::Ready(Some(Err(_))) => return Poll::Ready(Reason::BodyError),
-                Poll::Ready(Some(Ok(frame))) => frame,
+                Poll::Ready(Some(Ok(frame))) => {
+                    self.last_frame = Some(Instant::now());
+                    frame
+                }
             };
             // Trailers carry no data bytes; they are read and dropped like data.
             let Some(data) = frame.data_ref() else { continue };
@@ -343,7 +403,7 @@ impl<B> Drain<B> {
         }
         self.teach_the_origin(reason);
         self.ctx.record(reason, self.bytes, elapsed, self.view);
-        if self.wait.is_some() && self.slot.is_some() {
+        if self.ctx.http2() && self.slot.is_some() {
             self.ctx.streams().release();
         }
         if self.origin_slot

@@ -114,6 +114,21 @@ pub(crate) const HELD_STREAMS: usize = 4;
 /// a drain from waiting for ever.
 pub(crate) const MAX_WAIT: Duration = Duration::from_secs(5);
 
+/// How long an HTTP/2 drain waits for the next frame before it calls its
+/// body stalled and resets the stream: twice the origin's round trip (a
+/// flow-control window's worth takes about one), plus [`STALL_SLACK`];
+/// [`STALL_UNKNOWN`] when the round trip is not known.
+pub(crate) fn stall_after(round_trip: Option<Duration>) -> Duration {
+    round_trip.map_or(STALL_UNKNOWN, |rtt| rtt.saturating_mul(2).saturating_add(STALL_SLACK))
+}
+
+/// Added to twice the round trip before a body is called stalled: what a
+/// busy server or client adds between two frames.
+const STALL_SLACK: Duration = Duration::from_millis(5);
+/// How long a drain waits for the next frame when the origin's round trip
+/// is not known.
+const STALL_UNKNOWN: Duration = Duration::from_millis(50);
+
 /// Granularity of the reset count: resets are counted by the interval they
 /// fall in, each for [`RESET_WINDOW`] plus one interval.
 const SLICE: Duration = Duration::from_millis(100);

@@ -234,7 +234,7 @@ impl DrainOnDropLayer {
         C: crate::ResetMemory + ?Sized,
     {
         client.set_reset_memory(streams);
-        self.config(|c| c.reset_memory = streams)
+        self.config(|c| c.reset_memory = Some(streams))
     }
 
     /// The origin of requests that name none (a URI without an authority,

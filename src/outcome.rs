@@ -94,11 +94,16 @@ reasons! {
     OverBytes = "over_bytes", Abandoned;
     /// The time budget ran out.
     OverTime = "over_time", Abandoned;
-    /// HTTP/2: the stream was reset (RST_STREAM CANCEL: the server stops
-    /// sending, the connection is kept) once its connection could remember
-    /// the reset: at the drop, after reading what had arrived, or later,
-    /// after reading on while the reset waited for room.
+    /// HTTP/2, when the layer was told the client's reset memory
+    /// (`http2_reset_memory`): the stream was reset (RST_STREAM CANCEL: the
+    /// server stops sending, the connection is kept) at the drop, after
+    /// reading what had arrived, or once the connection could remember the
+    /// reset, after reading on meanwhile.
     Reset = "reset", Abandoned;
+    /// HTTP/2: no data came for twice the origin's round trip (plus 5 ms)
+    /// while the drain waited for more: the stream was reset rather than
+    /// held for a server that has nothing more to send now.
+    Stalled = "stalled", Abandoned;
     /// The runtime shut down while the drain ran.
     RuntimeShutdown = "runtime_shutdown", Abandoned;
     /// The drop read what had already arrived of hyper's body, then the rest

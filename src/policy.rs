@@ -34,6 +34,9 @@ pub(crate) struct AtDrop {
     pub(crate) read: u64,
     /// The thread is unwinding from a panic.
     pub(crate) unwinding: bool,
+    /// HTTP/2, read before it is reset (see `sizing::http2`): the layer was
+    /// not told to reset at once (`http2_reset_memory`).
+    pub(crate) http2_reads: bool,
 }
 
 /// What to do with a body dropped before its end.
@@ -73,6 +76,8 @@ pub(crate) fn decide(shared: &Shared, at: &AtDrop, now: Instant) -> (Decision, O
         }
         (None, Some(origin)) => plain(sizing::following_round_trip(budgets, origin.round_trip)),
     };
+    let sized =
+        if at.http2_reads { sizing::Sized { budget: sizing::http2(sized.budget), ..sized } } else { sized };
     let decision = with_budget(&sized, at);
     if let (Decision::Drain(_), true, Some(origin)) = (&decision, sized.adaptive, &at.origin) {
         origin.origin.with(|est| est.spend(sized.probe, now));
@@ -133,7 +138,7 @@ pub(crate) fn resets_the_stream(reason: Reason) -> bool {
 /// `now`, its connection able to remember the reset (then counted), or
 /// when to ask again (see `http2.rs`).
 pub(crate) fn may_reset(shared: &Shared, streams: &Streams, now: Instant) -> Result<(), Instant> {
-    streams.try_reset(shared.config.reset_memory, now)
+    streams.try_reset(shared.config.reset_memory.unwrap_or(crate::http2::H2_RESET_MEMORY), now)
 }
 
 /// Whether the drop may run code of a body of type `B`: only of hyper's
@@ -232,6 +237,7 @@ mod tests {
             remaining: SizeHint::with_exact(remaining),
             read: 0,
             unwinding: false,
+            http2_reads: false,
         }
     }
 

@@ -107,6 +107,7 @@ impl DropContext {
             remaining,
             read: self.caller_read,
             unwinding: std::thread::panicking(),
+            http2_reads: self.http2 && self.shared.config.reset_memory.is_none(),
         }
     }
 

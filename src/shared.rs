@@ -29,8 +29,9 @@ pub(crate) struct Config {
     /// Media types (lowercase, no parameters) of open-ended streams.
     pub(crate) stream_types: Arc<[String]>,
     /// How many reset streams each HTTP/2 connection of the client
-    /// remembers, as the user told the layer (`http2_reset_memory`).
-    pub(crate) reset_memory: usize,
+    /// remembers, when the user told the layer (`http2_reset_memory`): the
+    /// layer then resets every HTTP/2 drop at once while it has room.
+    pub(crate) reset_memory: Option<usize>,
     /// The origin of requests that name none (`default_origin`).
     pub(crate) default_origin: Option<http::Uri>,
 }
@@ -42,7 +43,7 @@ impl Default for Config {
             budgets: sizing::Settings::default(),
             max_concurrent_drains: 1024,
             stream_types: Arc::from(DEFAULT_STREAM_TYPES.iter().map(|t| t.to_string()).collect::<Vec<_>>()),
-            reset_memory: crate::http2::H2_RESET_MEMORY,
+            reset_memory: None,
             default_origin: None,
         }
     }

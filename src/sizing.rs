@@ -196,6 +196,20 @@ pub(crate) fn for_origin(config: &Settings, est: &Estimates, size: u64, now: Opt
     Sized { budget, adaptive: true, probe }
 }
 
+/// The bytes an HTTP/2 drain may read before its stream is reset: at least
+/// the stream's flow-control window (hyper's default), what the server may
+/// send before it hears a reset anyway. Reading that much spares the
+/// server the reset (Node 20's server never gives back the memory it
+/// counted for the bytes queued on a reset stream, and refuses every new
+/// stream once 10 MB are counted), and costs the link little more: most
+/// of it is on its way. The time budget stays.
+pub(crate) fn http2(budget: DrainBudget) -> DrainBudget {
+    DrainBudget::new(budget.max_bytes.max(HTTP2_STREAM_WINDOW), budget.max_time)
+}
+
+/// hyper's default HTTP/2 stream window (`DEFAULT_STREAM_WINDOW`).
+pub(crate) const HTTP2_STREAM_WINDOW: u64 = 2 * 1024 * 1024;
+
 /// Whether an origin's budget, as [`for_origin`] gives it, depends on the
 /// origin (for snapshots): not when the fixed budgets apply.
 pub(crate) fn depends_on_origin(config: &Settings, sized: &Sized) -> bool {

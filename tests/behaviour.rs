@@ -32,11 +32,11 @@ async fn h2_server() -> (std::net::SocketAddr, Arc<AtomicUsize>) {
     .await
 }
 
-/// HTTP/2 bodies dropped unread never cost the connection: each ends in the
-/// drop (its data had all arrived) or has its stream reset there (its
-/// connection can remember ten resets), on one connection.
+/// HTTP/2 bodies dropped unread never cost the connection: each is read to
+/// its end (so its stream needs no reset), or, paused past twice the round
+/// trip by a loaded machine, reset as stalled; on one connection.
 #[tokio::test]
-async fn http2_bodies_dropped_unread_end_or_are_reset_on_one_connection() {
+async fn http2_bodies_dropped_unread_are_read_to_their_end_on_one_connection() {
     let (addr, accepted) = h2_server().await;
     let client = Client::builder(TokioExecutor::new()).http2_only(true).build_http::<Empty<Bytes>>();
     let layer = DrainOnDropLayer::new().max_time(SECONDS);
@@ -49,8 +49,8 @@ async fn http2_bodies_dropped_unread_end_or_are_reset_on_one_connection() {
         drop(res);
     }
     let snap = settle(&stats, SECONDS).await;
-    let (ended, reset) = (snap.count(Reason::EndOfBody), snap.count(Reason::Reset));
-    assert_eq!(ended + reset, 10, "ended in the drop, or reset there: {snap:?}");
+    let (ended, stalled) = (snap.count(Reason::EndOfBody), snap.count(Reason::Stalled));
+    assert_eq!(ended + stalled, 10, "read to the end, or stalled: {snap:?}");
     assert!(snap.bytes_drained <= 10 * 64 * KIB as u64, "{snap:?}");
     assert_eq!(accepted.load(Ordering::SeqCst), 1, "HTTP/2 multiplexes over one connection");
 }

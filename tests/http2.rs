@@ -65,12 +65,12 @@ async fn with_the_layer_the_same_traffic_loses_nothing_on_one_connection() {
 }
 
 /// One caller, small bodies, TCP_NODELAY (the cell where hyper-util alone
-/// loses a request now and then): with the layer, each 64 KiB body not at
-/// its end at the drop is reset while the connection can remember the
-/// reset (the first 40 at once), and read to its end past that; none is
-/// lost, nothing is read twice.
+/// loses a request now and then): with the layer, each 64 KiB body is read
+/// to its end (within the stream window, so no reset is needed), or, when
+/// a loaded machine pauses it past twice the round trip, reset as stalled;
+/// none is lost, nothing is read twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_64_kib_body_is_reset_while_the_connection_remembers_resets_and_read_to_its_end_past_that() {
+async fn a_64_kib_body_is_read_to_its_end_without_a_reset() {
     const N: usize = 500;
     let (addr, accepted) = h2c_server(64 * KIB).await;
     let uri: http::Uri = format!("http://{addr}/").parse().unwrap();
@@ -80,9 +80,8 @@ async fn a_64_kib_body_is_reset_while_the_connection_remembers_resets_and_read_t
     assert_eq!((run.sent, run.failed), (N, 0), "{run:?}");
     let s = settle(&layer.stats(), SECONDS).await;
     let ended = s.count(Reason::EndOfBody) + s.count(Reason::PacedToEnd);
-    assert_eq!(ended + s.count(Reason::Reset), N as u64, "each drop ended or was reset: {s:?}");
-    assert!(s.count(Reason::Reset) >= 40, "the first 40 drops are reset at once: {s:?}");
-    assert!(ended > 0, "past the room, bodies are read to their end: {s:?}");
+    assert_eq!(ended + s.count(Reason::Stalled), N as u64, "each drop ended, or stalled: {s:?}");
+    assert!(ended >= N as u64 / 2, "bodies are read to their end: {s:?}");
     assert!(s.bytes_drained <= (N * 64 * KIB) as u64, "nothing read twice: {s:?}");
     assert_eq!(accepted.load(Ordering::SeqCst), 1);
 }
