@@ -19,29 +19,43 @@
 //! stream arrives: a stalled server's, one whose data has all arrived.
 //!
 //! **The rule.** On HTTP/2 a kept stream saves nothing (the connection is
-//! kept either way), so a body that does not end in the drop is reset
-//! there, as Go's client does, as long as the connection can remember the
-//! reset: the layer counts the resets of each origin over the last
-//! [`RESET_WINDOW`] and lets its own take at most [`ROOM_SHARE`] of the
-//! connection's reset memory ([`Streams::try_reset`]). Past that room the
-//! reset waits for room: an open-ended stream (see `stream_content_types`)
-//! is held unread meanwhile (the server sends at most its stream window,
-//! 2 MiB with hyper's defaults, then waits), any other body is read on, and
-//! one that ends meanwhile needs no reset. The wait ends within
-//! [`RESET_WINDOW`], when the oldest counted reset leaves it, or at
-//! [`MAX_WAIT`] at the latest.
+//! kept either way), but a reset is not free either: it must fit the
+//! connection's reset memory, and some servers pay for it (Node 20's never
+//! gives back the memory it counted for the bytes queued on a reset
+//! stream, and refuses every new stream once 10 MB are counted). So a
+//! dropped body is read while it flows, up to the stream's flow-control
+//! window (`sizing::http2`: what the server may send before it hears a
+//! reset anyway), and ends without a reset; a body that stalls (no frame
+//! for [`stall_after`] its origin's round trip), a longer one, and an
+//! open-ended stream (see `stream_content_types`) are reset, as long as
+//! the connection can remember the reset: the layer counts the resets of
+//! each origin over the last [`RESET_WINDOW`] and lets its own take at
+//! most [`ROOM_SHARE`] fifths of the connection's reset memory
+//! ([`Streams::try_reset`]). Past that room the reset waits for room: an
+//! open-ended stream is held unread meanwhile (its server sends at most
+//! its stream window, 2 MiB with hyper's defaults, then waits), any other
+//! body is read on, and one that ends meanwhile needs no reset. The wait
+//! ends within [`RESET_WINDOW`], when the oldest counted reset leaves it,
+//! or at [`MAX_WAIT`] at the latest.
 //!
-//! **The bound on streams.** Drains waiting for room hold streams: at most
-//! [`HELD_STREAMS`] per origin before a new request to that origin waits
-//! (in its response future, before it is sent) until fewer do, as a caller
-//! reading its body would. So drains never take every stream of a
+//! **The bound on streams.** Drains hold streams: at most [`HELD_STREAMS`]
+//! per origin before a new request to that origin waits (in its response
+//! future, before hyper-util's client sends it) until fewer do, as a
+//! caller reading its body would. So drains never take every stream of a
 //! connection (servers allow 100 or more; RFC 9113 advises no less), a
 //! server that announces no limit (Node's) is not flooded, and a request
-//! waits only while its origin's drops come faster than the room takes.
+//! waits only while its origin's drops come faster than drains end. A
+//! client that sends a request as soon as it is called (tonic's `Channel`,
+//! hyper's own connections) has the request at the server while it waits:
+//! each caller can then hold one stream more.
 //!
-//! A client told to remember more (`http2_reset_memory`) gives the room
-//! more: with 10,000 the layer resets thousands of drops a second and
-//! never waits, which is Go's rate.
+//! **Told the client's reset memory** (`http2_reset_memory`), the layer
+//! resets every dropped body at once instead, reading only what has
+//! arrived, for as long as the larger room lasts: with 10,000, 8,000 resets
+//! in 2 s, as Go's client does (Go ignores late DATA altogether). That is
+//! for servers that take resets well (hyper's, Go's, nginx): Node's refuses
+//! a client that resets more than 1,000 streams in a burst, then 33 a
+//! second (its nghttp2's limit), Go's client included.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -102,11 +116,12 @@ pub(crate) const RESET_WINDOW: Duration = Duration::from_secs(2);
 /// and 20 a second are, for as long as they come.
 pub(crate) const ROOM_SHARE: usize = 4;
 
-/// Drains waiting for room that may hold one origin's streams before new
-/// requests to it wait: few enough that they never take every stream a
-/// server allows (RFC 9113 advises at least 100; the tests run one that
-/// allows 8), enough that reading them keeps up with callers who would
-/// otherwise read their bodies themselves.
+/// Drains that may hold one origin's streams before new requests to it
+/// wait: few enough that they never take every stream a server allows
+/// (RFC 9113 advises at least 100; the tests run one that allows 8),
+/// enough that reading them keeps up with callers who would otherwise
+/// read their bodies themselves (measured: the rate of reading every body
+/// or better, `cargo bench --bench http2`).
 pub(crate) const HELD_STREAMS: usize = 4;
 
 /// The longest a reset waits for room before it goes anyway: room comes
@@ -174,12 +189,12 @@ impl Room {
 }
 
 /// One origin's HTTP/2 streams, as far as the layer's drops touch them: the
-/// resets lately (the room), the drains that wait for room and hold a
-/// stream meanwhile, and the requests waiting for fewer of those.
+/// resets lately (the room), the drains that hold a stream, and the
+/// requests waiting for fewer of those.
 #[derive(Debug, Default)]
 pub(crate) struct Streams {
     room: Mutex<Room>,
-    /// Drains waiting for room.
+    /// Drains running on a task (reading, or waiting for room).
     held: AtomicUsize,
     /// Requests waiting for `held` to drop below [`HELD_STREAMS`].
     waiting: Mutex<Vec<Waker>>,
@@ -205,13 +220,13 @@ impl Streams {
         lock(&self.room).add(now);
     }
 
-    /// A drain starts waiting for room, holding its stream.
+    /// A drain starts running on a task, holding its stream.
     pub(crate) fn hold(&self) {
         self.held.fetch_add(1, Ordering::AcqRel);
     }
 
-    /// A drain that waited for room is done with its stream: requests that
-    /// waited for fewer such drains go on.
+    /// A drain is done with its stream: requests that waited for fewer
+    /// drains go on.
     pub(crate) fn release(&self) {
         let before = self.held.fetch_sub(1, Ordering::AcqRel);
         if before <= HELD_STREAMS {
@@ -221,8 +236,8 @@ impl Streams {
     }
 
     /// `Ready` when a new request to this origin may be sent: fewer than
-    /// [`HELD_STREAMS`] drains wait for room. Otherwise `cx` is woken when
-    /// one is done.
+    /// [`HELD_STREAMS`] drains hold its streams. Otherwise `cx` is woken
+    /// when one is done.
     pub(crate) fn poll_send(&self, cx: &mut Context<'_>) -> Poll<()> {
         if self.held.load(Ordering::Acquire) < HELD_STREAMS {
             return Poll::Ready(());

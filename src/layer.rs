@@ -57,7 +57,7 @@ impl DrainOnDropLayer {
     ///
     /// tower's `ServiceBuilder::option_layer(Option<DrainOnDropLayer>)` does
     /// not work here: the layer changes the response body type (to
-    /// [`DrainBody`]), so the two arms of tower's `Either` return different
+    /// [`DrainBody`](crate::DrainBody)), so the two arms of tower's `Either` return different
     /// responses and rustc reports E0599 ("the method `ready` exists … but
     /// its trait bounds were not satisfied") at the first call. Keep the
     /// layer and switch it:

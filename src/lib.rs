@@ -178,42 +178,48 @@
 //! remembers at most 50 reset streams, each for about a second, and DATA
 //! still arriving for a stream it no longer remembers counts against the
 //! connection, which past 1,024 sends GOAWAY `too_many_internal_resets`:
-//! every request in flight fails (hyperium/h2#856). So the layer, for each
-//! kind of body dropped before its end:
+//! every request in flight fails (hyperium/h2#856). Servers pay too:
+//! Node's refuses every new stream once the bytes queued on streams reset
+//! under it reach 10 MB. So the layer, for each kind of body dropped
+//! before its end:
 //!
-//! - **Ended in the drop** (its data had all arrived; what has arrived is
-//!   read there): nothing to reset (`end_of_body`).
-//! - **Any other body**: its stream is reset at the drop (`reset`, or the
-//!   skip's reason: `declared_over_budget`, `stream`), as long as the
-//!   connection can remember the reset: the layer lets its own resets take
-//!   40 of h2's 50 in any 2 s per origin, so 40 drops at once, then 20 a
-//!   second. The byte and time budgets do not apply: draining an HTTP/2
-//!   body saves nothing a reset does not.
-//! - **Past that room**, the reset waits (for at most 2 s, when the oldest
+//! - **A body that flows** is read to its end, up to the stream's
+//!   flow-control window (2 MiB, or `max_bytes` if larger: what the server
+//!   may send before it hears a reset anyway) and within the time budget:
+//!   no reset (`end_of_body`).
+//! - **A body that stalls** (no frame for twice the origin's round trip
+//!   plus 5 ms), **a longer one** (`declared_over_budget`, `over_bytes`)
+//!   and **an open-ended stream** ([`stream_content_types`], by default
+//!   server-sent events and gRPC: `stream`) have their stream reset, as
+//!   long as the connection can remember the reset: the layer lets its own
+//!   resets take 40 of h2's 50 in any 2 s per origin, so 40 drops at once,
+//!   then 20 a second.
+//! - **Past that room** the reset waits (for at most 2 s, when the oldest
 //!   reset counted leaves the window; 5 s at the very most): an open-ended
-//!   stream ([`stream_content_types`], by default server-sent events and
-//!   gRPC) is held unread meanwhile, so its server sends at most the
-//!   stream's flow-control window (2 MiB with hyper's defaults) and then
-//!   waits; any other body is read on, and one that ends meanwhile needs no
-//!   reset (`paced_to_end`). A dropped endless stream so reads nothing,
-//!   and one that is not listed reads what arrives while its reset waits.
-//! - **Streams held**: drains that wait for room hold at most 4 streams of
-//!   an origin; a new request to it then waits in its response future
-//!   (before hyper-util's client sends it) until one ends, as it would if
-//!   its caller read the body itself. Each caller can add one more drop
-//!   meanwhile, so at most 4 plus one per caller. Servers allow 100 streams
-//!   or more (RFC 9113 advises no less); a server that announces no limit
-//!   (Node's) is not flooded. A stream with nothing more to come (stalled,
-//!   endless) is reset at the drop, never held, while the room lasts.
+//!   stream is held unread meanwhile, so its server sends at most the
+//!   stream's window and then waits; any other body is read on, and one
+//!   that ends meanwhile needs no reset (`paced_to_end`). A dropped endless
+//!   stream so reads nothing, and one not listed reads at most its window
+//!   plus what arrives while its reset waits.
+//! - **Streams held**: drains hold at most 4 streams of an origin; a new
+//!   request to it then waits in its response future (before hyper-util's
+//!   client sends it) until one ends, as it would if its caller read the
+//!   body itself. Each caller can add one more drop meanwhile, so at most 4
+//!   plus one per caller. Servers allow 100 streams or more (RFC 9113
+//!   advises no less); a server that announces no limit (Node's) is not
+//!   flooded.
 //!
 //! **Tell the layer how much the client remembers, to reset at Go's rate.**
 //! [`DrainOnDropLayer::http2_reset_memory`] sets h2's
 //! `max_concurrent_reset_streams` on hyper-util's client builder (or
 //! hyper's, or tonic's `Endpoint`, through a closure) and in the layer in
-//! one call: with 10,000, the layer resets 4,000 drops a second per origin
-//! and never reads or holds one, as Go 1.27's client does (Go ignores late
-//! DATA altogether). Measured side by side in `cargo bench --bench http2`
-//! (in the repository; docs/BENCHMARKS.md section 9).
+//! one call; the layer then resets every dropped body at once, reading only
+//! what has arrived: with 10,000, up to 8,000 in 2 s per origin, as Go
+//! 1.27's client does (Go ignores late DATA altogether). For servers that
+//! take resets well (hyper's, Go's, nginx): Node's refuses any client that
+//! resets more than 1,000 streams in a burst, then 33 a second, Go's
+//! included. Measured side by side in `cargo bench --bench http2` (in the
+//! repository; docs/BENCHMARKS.md section 9).
 //!
 //! The layer cannot see a client's settings: it assumes h2's 50 unless
 //! told. Several layers over one client count their resets separately.
