@@ -17,10 +17,10 @@ struct Counters {
     /// Early drops by reason, indexed by [`Reason::index`].
     by_reason: [AtomicU64; Reason::COUNT],
     bytes_drained: AtomicU64,
-    /// Drains holding a slot. Released (Release) only after the drain's
-    /// reason and bytes were counted, and read (Acquire) before any other
-    /// counter by [`DrainStats::snapshot`]: a snapshot that sees a slot
-    /// released sees what that drain counted.
+    /// Drains holding a slot. Released (`SeqCst`, a Release) only after the
+    /// drain's reason and bytes were counted, and read (Acquire) before any
+    /// other counter by [`DrainStats::snapshot`]: a snapshot that sees a
+    /// slot released sees what that drain counted.
     in_flight: AtomicU64,
     requests: AtomicU64,
     reused: AtomicU64,
@@ -104,15 +104,18 @@ impl<'a> IdleWaiter<'a> {
             return;
         }
         drop(list);
-        let mut waker = Some(waker.clone());
+        let waker = waker.clone();
         list = self.idle.list();
-        match list.wakers.iter_mut().find(|(id, _)| *id == self.id) {
-            Some((_, registered)) => std::mem::swap(registered, waker.as_mut().expect("cloned")),
-            None => list.wakers.push((self.id, waker.take().expect("cloned"))),
-        }
+        let replaced = match list.wakers.iter_mut().find(|(id, _)| *id == self.id) {
+            Some((_, registered)) => Some(std::mem::replace(registered, waker)),
+            None => {
+                list.wakers.push((self.id, waker));
+                None
+            }
+        };
         drop(list);
-        // The waker replaced, if any: dropped after the lock.
-        drop(waker);
+        // Dropped after the lock.
+        drop(replaced);
     }
 }
 
