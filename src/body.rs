@@ -57,15 +57,15 @@ where
 {
     /// Puts the drain on a response that arrived for `request`.
     pub(crate) fn wrap(mut response: Response<B>, request: RequestInfo) -> Response<DrainBody<B>> {
-        // A `DrainBody` further in owns the drain: it came through another
-        // `DrainOnDrop`, or was wrapped already.
-        if response.extensions().get::<DrainOwned>().is_some() {
+        // Marked here, once: a response marked already has a `DrainBody`
+        // further in that owns the drain (it came through another
+        // `DrainOnDrop`, or was wrapped already).
+        if response.extensions_mut().insert(DrainOwned).is_some() {
             return response.map(DrainBody::disarmed);
         }
         let Some(ctx) = response::at_response(&mut response, request) else {
             return response.map(DrainBody::disarmed);
         };
-        response.extensions_mut().insert(DrainOwned);
         let armed = Armed { ctx, run: early_drop::<B> };
         response.map(|inner| DrainBody { inner: Some(Box::pin(inner)), armed: Some(armed), ended: false })
     }

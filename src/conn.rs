@@ -17,7 +17,7 @@ use tower_service::Service;
 use std::sync::Arc;
 
 use crate::body::DrainBody;
-use crate::request::RequestInfo;
+use crate::request::{LastOrigin, RequestInfo};
 use crate::sending::Sending;
 use crate::shared::Shared;
 
@@ -35,11 +35,12 @@ use crate::shared::Shared;
 pub struct Http1Sender<B> {
     sender: SendRequest<B>,
     shared: Arc<Shared>,
+    last: LastOrigin,
 }
 
 impl<B> Http1Sender<B> {
     pub(crate) fn new(sender: SendRequest<B>, shared: Arc<Shared>) -> Self {
-        Http1Sender { sender, shared }
+        Http1Sender { sender, shared, last: None }
     }
 
     /// The connection.
@@ -78,7 +79,7 @@ where
     }
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
-        let sending = Sending::new(RequestInfo::read(&self.shared, &req));
+        let sending = Sending::new(RequestInfo::read(&self.shared, &req, &mut self.last));
         let response = self.sender.send_request(req);
         Box::pin(async move { Ok(sending.wrap_response(response.await?)) })
     }
@@ -99,12 +100,13 @@ where
 pub struct Http2Sender<B> {
     sender: hyper::client::conn::http2::SendRequest<B>,
     shared: Arc<Shared>,
+    last: LastOrigin,
 }
 
 #[cfg(feature = "http2")]
 impl<B> Http2Sender<B> {
     pub(crate) fn new(sender: hyper::client::conn::http2::SendRequest<B>, shared: Arc<Shared>) -> Self {
-        Http2Sender { sender, shared }
+        Http2Sender { sender, shared, last: None }
     }
 
     /// The connection.
@@ -121,7 +123,7 @@ impl<B> Http2Sender<B> {
 #[cfg(feature = "http2")]
 impl<B> Clone for Http2Sender<B> {
     fn clone(&self) -> Self {
-        Http2Sender { sender: self.sender.clone(), shared: self.shared.clone() }
+        Http2Sender { sender: self.sender.clone(), shared: self.shared.clone(), last: self.last.clone() }
     }
 }
 
@@ -149,7 +151,7 @@ where
     }
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
-        let mut request = RequestInfo::read(&self.shared, &req);
+        let mut request = RequestInfo::read(&self.shared, &req, &mut self.last);
         // hyper sends an HTTP/2 request as soon as it is given one: the
         // wait for the origin's streams comes first.
         let mut sender = self.sender.clone();

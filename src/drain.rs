@@ -32,6 +32,7 @@ use tokio::runtime::Handle;
 use crate::budget::{Allowance, DrainBudget, Spending};
 use crate::event::OriginView;
 use crate::http2::{self, MAX_WAIT};
+use crate::origin::OriginAt;
 use crate::outcome::Reason;
 use crate::policy;
 use crate::response::DropContext;
@@ -300,7 +301,7 @@ where
     /// rather than have it held (a stream, unlike an HTTP/1 connection,
     /// saves nothing by being held).
     async fn read_h2(&mut self, mut deadline: Option<&mut Deadline>) -> Reason {
-        let stall_after = http2::stall_after(self.ctx.origin().and_then(|o| o.round_trip));
+        let stall_after = http2::stall_after(self.ctx.origin().and_then(OriginAt::round_trip));
         let started = Instant::now();
         // Fires when the body would have stalled had no frame come since
         // it was set; moved on then (not at every frame) if one came.

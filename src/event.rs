@@ -41,9 +41,9 @@ pub(crate) struct OriginView {
 }
 
 impl OriginView {
-    pub(crate) fn of(est: &Estimates, budget: DrainBudget) -> Self {
+    pub(crate) fn of(est: &Estimates, round_trip: Option<Duration>, budget: DrainBudget) -> Self {
         OriginView {
-            round_trip: est.round_trip(),
+            round_trip,
             setup_cost: est.setup_cost(),
             throughput: est.throughput().map(|v| v as u64),
             budget,

@@ -339,12 +339,12 @@ impl DrainOnDropLayer {
         let budgets = &self.shared.config.budgets;
         let snapshot = |origin: std::sync::Arc<crate::origin::Origin>| {
             let est: Estimates = origin.with(|est| *est);
-            let origin = origin.name();
+            let round_trip = origin.round_trip();
             // As a drop of a body the size of the byte budget would get it,
             // without spending a probe.
-            let sized = sizing::for_origin(budgets, &est, budgets.max_bytes(), None);
+            let sized = sizing::for_origin(budgets, &est, round_trip, budgets.max_bytes(), None);
             let budget = sizing::depends_on_origin(budgets, &sized).then_some(sized.budget);
-            OriginSnapshot::new(origin, &est, budgets.adaptive(), budget)
+            OriginSnapshot::new(origin.name(), &est, round_trip, budgets.adaptive(), budget)
         };
         self.shared.origins.all().into_iter().map(snapshot).collect()
     }

@@ -72,9 +72,10 @@ pub(crate) fn decide(shared: &Shared, at: &AtDrop, now: Instant) -> (Decision, O
         (None, None) => plain(sizing::fixed(budgets)),
         (None, Some(origin)) if budgets.adaptive() => {
             let size = at.remaining.exact().map_or(budgets.max_bytes(), |rest| rest.saturating_add(at.read));
-            origin.origin.with(|est| sizing::for_origin(budgets, est, size, Some(now)))
+            let round_trip = origin.round_trip();
+            origin.origin.with(|est| sizing::for_origin(budgets, est, round_trip, size, Some(now)))
         }
-        (None, Some(origin)) => plain(sizing::following_round_trip(budgets, origin.round_trip)),
+        (None, Some(origin)) => plain(sizing::following_round_trip(budgets, origin.round_trip())),
     };
     let sized =
         if at.http2_reads { sizing::Sized { budget: sizing::http2(sized.budget), ..sized } } else { sized };
@@ -303,7 +304,7 @@ mod tests {
             layer.origins.target(&"http://lan.example/".parse().unwrap(), &http::HeaderMap::new()).unwrap();
         let origin = layer.origins.find(&target).unwrap();
         origin.with(record);
-        (layer, OriginAt { origin, round_trip: None })
+        (layer, OriginAt { origin })
     }
 
     #[test]

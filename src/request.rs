@@ -11,7 +11,7 @@ use http::{Extensions, HeaderMap, Request, Uri};
 use crate::budget::DrainBudget;
 use crate::event::{self, Trace};
 use crate::headers::RequestSays;
-use crate::origin::{Origin, OriginKey};
+use crate::origin::Origin;
 use crate::shared::Shared;
 
 /// What `call` learns from the request, for its response's body.
@@ -31,9 +31,15 @@ pub(crate) struct RequestInfo {
     waited: bool,
 }
 
+/// The origin a service's last request went to: the next request to the
+/// same origin, spelled the same way, finds it here rather than in the
+/// layer's table (no lock, no parsing: the common case, one service per
+/// client or per caller).
+pub(crate) type LastOrigin = Option<Arc<Origin>>;
+
 impl RequestInfo {
-    pub(crate) fn read<B>(shared: &Arc<Shared>, req: &Request<B>) -> Self {
-        RequestInfo::of_head(shared, req.uri(), req.headers(), req.extensions())
+    pub(crate) fn read<B>(shared: &Arc<Shared>, req: &Request<B>, last: &mut LastOrigin) -> Self {
+        RequestInfo::of_head(shared, req.uri(), req.headers(), req.extensions(), last)
     }
 
     /// The same from a request's head, about to be sent now.
@@ -42,18 +48,16 @@ impl RequestInfo {
         uri: &Uri,
         headers: &HeaderMap,
         extensions: &Extensions,
+        last: &mut LastOrigin,
     ) -> Self {
-        let target = shared.origins.target(uri, headers).or_else(|| {
-            let origin = shared.config.default_origin.as_ref()?;
-            shared.origins.target(origin, &HeaderMap::new())
-        });
-        if target.is_none() {
-            shared.warn_unknown_origin_once();
-        }
-        let trace = event::debug_enabled().then(|| {
-            Trace::capture(target.as_ref().map(|t| OriginKey::new(t.parts()).to_string()).unwrap_or_default())
-        });
-        let origin = target.and_then(|target| shared.origins.find(&target));
+        let origin = match (last.as_ref(), uri.authority()) {
+            (Some(origin), Some(authority)) if origin.spelled(uri.scheme_str(), authority.as_str()) => {
+                Some(origin.clone())
+            }
+            _ => find(shared, uri, headers, last),
+        };
+        let trace = event::debug_enabled()
+            .then(|| Trace::capture(origin.as_ref().map(|o| o.name()).unwrap_or_default()));
         RequestInfo {
             shared: Arc::clone(shared),
             says: RequestSays::read(headers),
@@ -97,4 +101,24 @@ impl RequestInfo {
         }
         Poll::Ready(())
     }
+}
+
+/// The origin of a request for `uri` with `headers` (or the layer's
+/// default origin), from the layer's table; kept in `last` for the next
+/// request, and, for an absolute URI, spelled as it was.
+fn find(shared: &Shared, uri: &Uri, headers: &HeaderMap, last: &mut LastOrigin) -> Option<Arc<Origin>> {
+    let target = shared.origins.target(uri, headers).or_else(|| {
+        let origin = shared.config.default_origin.as_ref()?;
+        shared.origins.target(origin, &HeaderMap::new())
+    });
+    let Some(target) = target else {
+        shared.warn_unknown_origin_once();
+        return None;
+    };
+    let origin = shared.origins.find(&target)?;
+    if let Some(authority) = uri.authority() {
+        origin.spell(uri.scheme_str(), authority.as_str());
+    }
+    *last = Some(origin.clone());
+    Some(origin)
 }

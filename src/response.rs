@@ -5,7 +5,7 @@
 //! none of it.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use http::{Response, Version};
 use http_body::{Body, SizeHint};
@@ -56,16 +56,18 @@ pub(crate) fn at_response<B: Body>(response: &mut Response<B>, request: RequestI
         shared.stats.response(conn.reused);
     }
     let observed = reuse.map(|conn| (conn.reused, conn.setup_time));
-    let head_time = request.sent_at.map(|at| at.elapsed());
     let origin = request.origin.map(|origin| {
-        let round_trip = origin.with(|est| {
-            if let Some(elapsed) = head_time {
-                est.record_head(elapsed);
-            }
-            est.record_connection(observed);
-            est.round_trip()
-        });
-        OriginAt { origin, round_trip }
+        if let Some(sent_at) = request.sent_at {
+            let now = Instant::now();
+            origin.record_head(now, now.saturating_duration_since(sent_at));
+        }
+        // The origin's own lock, only when there is something to record
+        // beyond the round trip: what an observer said, or (adaptive mode,
+        // which needs an observer) that none did.
+        if observed.is_some() || shared.config.budgets.adaptive() {
+            origin.with(|est| est.record_connection(observed));
+        }
+        OriginAt { origin }
     });
     if reuse.is_none() && shared.config.budgets.adaptive() {
         shared.warn_unobserved_once();
@@ -147,7 +149,8 @@ impl DropContext {
     /// enabled.
     pub(crate) fn view(&self, budget: Option<DrainBudget>) -> Option<OriginView> {
         let (origin, budget, _) = (self.origin.as_ref()?, budget?, self.trace.as_ref()?);
-        Some(origin.origin.with(|est| OriginView::of(est, budget)))
+        let round_trip = origin.round_trip();
+        Some(origin.origin.with(|est| OriginView::of(est, round_trip, budget)))
     }
 
     /// Counts `n` more data bytes read by the caller.

@@ -123,7 +123,7 @@ impl DrainOnDropLayer {
     /// `Uri`, its headers, and extensions that may hold a
     /// [`DrainBudget`](crate::DrainBudget)).
     pub fn sending_head(&self, uri: &Uri, headers: &HeaderMap, extensions: &Extensions) -> Sending {
-        Sending::new(RequestInfo::of_head(&self.shared, uri, headers, extensions))
+        Sending::new(RequestInfo::of_head(&self.shared, uri, headers, extensions, &mut None))
     }
 
     /// Puts the drain on a response that did not come through a service

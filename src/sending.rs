@@ -76,7 +76,8 @@ impl Sending {
             return self;
         }
         let from = self.request;
-        let mut to = RequestInfo::of_head(&from.shared, uri, &HeaderMap::new(), &Extensions::new());
+        let mut to =
+            RequestInfo::of_head(&from.shared, uri, &HeaderMap::new(), &Extensions::new(), &mut None);
         to.says = from.says;
         to.budget = from.budget;
         to.sent_at = from.sent_at;

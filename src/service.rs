@@ -1,3 +1,4 @@
+use std::fmt;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -7,7 +8,7 @@ use tower_service::Service;
 
 use crate::body::DrainBody;
 use crate::future::ResponseFuture;
-use crate::request::RequestInfo;
+use crate::request::{LastOrigin, RequestInfo};
 use crate::shared::Shared;
 use crate::stats::DrainStats;
 
@@ -20,15 +21,25 @@ use crate::stats::DrainStats;
 /// wrapped: stacked, the innermost `DrainOnDrop` owns its drain and outer
 /// ones (and [`wrap_response`](crate::DrainOnDropLayer::wrap_response))
 /// pass it through.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct DrainOnDrop<S> {
     inner: S,
     shared: Arc<Shared>,
+    /// The origin of its last request (see `request::LastOrigin`).
+    last: LastOrigin,
+}
+
+impl<S: fmt::Debug> fmt::Debug for DrainOnDrop<S> {
+    /// The inner service and the layer's state; not the last origin (a
+    /// host the user may keep out of logs).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DrainOnDrop").field("inner", &self.inner).field("shared", &self.shared).finish()
+    }
 }
 
 impl<S> DrainOnDrop<S> {
     pub(crate) fn from_shared(inner: S, shared: Arc<Shared>) -> Self {
-        DrainOnDrop { inner, shared }
+        DrainOnDrop { inner, shared, last: None }
     }
 
     /// The counters this service reports into (shared with its layer).
@@ -67,7 +78,7 @@ where
     }
 
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
-        let request = RequestInfo::read(&self.shared, &req);
+        let request = RequestInfo::read(&self.shared, &req, &mut self.last);
         ResponseFuture::new(self.inner.call(req), request)
     }
 }

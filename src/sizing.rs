@@ -169,13 +169,19 @@ pub(crate) struct Sized {
 /// with these estimates: the adaptive rule in adaptive mode once the setup
 /// cost is measured, otherwise the default rule. `now` is the drop's time,
 /// for probes; `None` (a snapshot) asks for no probe.
-pub(crate) fn for_origin(config: &Settings, est: &Estimates, size: u64, now: Option<Instant>) -> Sized {
-    let default = following_round_trip(config, est.round_trip());
+pub(crate) fn for_origin(
+    config: &Settings,
+    est: &Estimates,
+    round_trip: Option<Duration>,
+    size: u64,
+    now: Option<Instant>,
+) -> Sized {
+    let default = following_round_trip(config, round_trip);
     let plain = Sized { budget: default, adaptive: false, probe: None };
     if !config.adaptive {
         return plain;
     }
-    let Some(budget) = adaptive(config, est, size, default) else { return plain };
+    let Some(budget) = adaptive(config, est, round_trip, size, default) else { return plain };
     let ceiling = ceiling(config);
     let probe = now.and_then(|now| {
         if est.misses() >= PROBE_EVERY {
@@ -228,10 +234,16 @@ pub(crate) fn depends_on_origin(config: &Settings, sized: &Sized) -> bool {
 /// round trip (server think time in the one, TLS in the other). Until the
 /// throughput is measured, never less than `default`, the budget the
 /// origin gets outside adaptive mode.
-fn adaptive(config: &Settings, est: &Estimates, size: u64, default: DrainBudget) -> Option<DrainBudget> {
+fn adaptive(
+    config: &Settings,
+    est: &Estimates,
+    round_trip: Option<Duration>,
+    size: u64,
+    default: DrainBudget,
+) -> Option<DrainBudget> {
     let ceiling = ceiling(config);
     let setup = est.setup_cost()?.as_secs_f64();
-    let rtt = est.round_trip().map_or(setup, |d| d.as_secs_f64().min(setup));
+    let rtt = round_trip.map_or(setup, |d| d.as_secs_f64().min(setup));
     let cold_start = f64::from(slow_start_rounds(size) - 1) * rtt;
     let time = (setup + cold_start).min(ceiling.max_time.as_secs_f64());
     let budget = match throughput(est) {
@@ -271,7 +283,7 @@ mod tests {
     /// flight (no slow start to save: the setup cost alone sets its time),
     /// at `now`.
     fn budget_at(est: &Estimates, now: Instant) -> Sized {
-        for_origin(&adaptive_config(), est, INITIAL_WINDOW, Some(now))
+        for_origin(&adaptive_config(), est, None, INITIAL_WINDOW, Some(now))
     }
 
     fn new_connection(setup: Duration) -> Estimates {
@@ -323,29 +335,29 @@ mod tests {
         let config = adaptive_config();
         let now = Some(Instant::now());
         let mut far = new_connection(ms(200));
-        far.record_head(ms(100));
+        let far_rtt = Some(ms(100));
         // 256 KiB need 5 rounds on a new connection, 1 on a warm one: 4 saved.
-        let b = for_origin(&config, &far, SIZE, now).budget;
+        let b = for_origin(&config, &far, far_rtt, SIZE, now).budget;
         assert_eq!(b.max_time, ms(600), "setup 200 ms + 4 round trips of 100 ms");
         assert_eq!(b.max_bytes, CEILING_BYTES.min(7_500_000), "100 Mbit/s for 600 ms, under the ceiling");
-        let small = for_origin(&config, &far, 16 << 10, now).budget;
+        let small = for_origin(&config, &far, far_rtt, 16 << 10, now).budget;
         assert_eq!(
             small.max_time,
             ms(600),
             "16 KiB, unmeasured link: never below the default (6 round trips)"
         );
         far.record_drain(20_000_000, Duration::from_secs(1), Instant::now());
-        let small = for_origin(&config, &far, 16 << 10, now).budget;
+        let small = for_origin(&config, &far, far_rtt, 16 << 10, now).budget;
         assert_eq!(small.max_time, ms(300), "measured: 16 KiB take one round trip more on a new connection");
         let mut near = new_connection(ms(2));
-        near.record_head(ms(30)); // a slow server: no longer a round trip than the setup
+        let near_rtt = Some(ms(30)); // a slow server: no longer a round trip than the setup
         assert_eq!(
-            for_origin(&config, &near, SIZE, now).budget,
+            for_origin(&config, &near, near_rtt, SIZE, now).budget,
             following_round_trip(&config, Some(ms(30))),
             "a LAN origin drains what the default drains until the link is measured"
         );
         near.record_drain(20_000_000, Duration::from_secs(1), Instant::now());
-        let measured = for_origin(&config, &near, SIZE, now).budget;
+        let measured = for_origin(&config, &near, near_rtt, SIZE, now).budget;
         assert_eq!(measured.max_time, ms(10), "setup 2 ms + 4 round trips of at most 2 ms");
     }
 
@@ -381,7 +393,11 @@ mod tests {
         assert_eq!(budget_at(&e, later).probe, Some(Probe::Stale), "asking spends nothing");
         e.spend(probe.probe, later);
         assert_eq!(budget_at(&e, later).budget, fresh.budget, "spent: the next drop gets the estimate");
-        assert_eq!(for_origin(&adaptive_config(), &e, SIZE, None).probe, None, "snapshots ask for no probe");
+        assert_eq!(
+            for_origin(&adaptive_config(), &e, None, SIZE, None).probe,
+            None,
+            "snapshots ask for no probe"
+        );
     }
 
     #[test]

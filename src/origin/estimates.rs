@@ -3,13 +3,9 @@
 //! budget follows from them is `sizing.rs`'s business; which drains and
 //! outcomes are recorded, the policy's.
 //!
-//! - **Round trip**, in every mode: the shortest time from a request's call
-//!   to its response head among the last [`HEAD_SAMPLES`]. On a reused
-//!   connection that is one round trip plus the server's quickest answer;
-//!   a response on a new connection also carries the connection's setup,
-//!   so until a reused connection answered, the estimate is high (and the
-//!   first drains' time budget generous, not short). Never the caller's
-//!   reading pace.
+//! (The round trip, kept in every mode and recorded on every response, is
+//! not here but in `heads.rs`, without a lock.)
+//!
 //! - **Setup cost**: the connector's own time to open a connection (TCP,
 //!   and TLS when the observed connector does TLS), measured by an
 //!   `ObserveConnector` on every new connection. Head times cannot stand in
@@ -24,8 +20,6 @@
 
 use std::time::{Duration, Instant};
 
-/// Head times kept; the round trip is their minimum.
-pub(crate) const HEAD_SAMPLES: usize = 16;
 /// Drain rates kept; the throughput is their maximum.
 pub(crate) const RATE_SAMPLES: usize = 8;
 /// Weight of a new sample in the setup-cost average.
@@ -55,12 +49,6 @@ impl Ewma {
 /// table's lock in one move.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Estimates {
-    /// The last head times, a ring; `None` where none was taken yet.
-    heads: [Option<Duration>; HEAD_SAMPLES],
-    /// Head times taken so far (the ring's next slot is this modulo its size).
-    head_samples: u64,
-    /// The least of `heads`, kept as they change: read on every response.
-    round_trip: Option<Duration>,
     /// Seconds the connector took to open a connection, from the observer.
     connect: Ewma,
     /// Bytes per second of the last drains that waited for the link, a ring.
@@ -78,18 +66,6 @@ pub(crate) struct Estimates {
 }
 
 impl Estimates {
-    /// Records the time from a request's call to its response head.
-    pub(crate) fn record_head(&mut self, elapsed: Duration) {
-        let slot = &mut self.heads[(self.head_samples % HEAD_SAMPLES as u64) as usize];
-        let leaving = slot.replace(elapsed);
-        self.head_samples += 1;
-        self.round_trip = if leaving.is_some() && leaving == self.round_trip {
-            self.heads.iter().flatten().min().copied()
-        } else {
-            Some(self.round_trip.map_or(elapsed, |min| min.min(elapsed)))
-        };
-    }
-
     /// Records what the observer said about a response's connection (whether
     /// it was reused, and its setup time), or that no observer said anything.
     pub(crate) fn record_connection(&mut self, observed: Option<(bool, Duration)>) {
@@ -129,11 +105,6 @@ impl Estimates {
                 self.measured_at.get_or_insert(now);
             }
         }
-    }
-
-    /// The shortest recent head time.
-    pub(crate) fn round_trip(&self) -> Option<Duration> {
-        self.round_trip
     }
 
     /// The average time the connector took to open a connection.
@@ -195,28 +166,6 @@ mod tests {
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
-    }
-
-    #[test]
-    fn the_round_trip_is_the_shortest_recent_head_time() {
-        let mut e = Estimates::default();
-        assert_eq!(e.round_trip(), None);
-        e.record_head(ms(300)); // a new connection: setup included
-        assert_eq!(e.round_trip(), Some(ms(300)));
-        e.record_head(ms(102));
-        e.record_head(ms(150));
-        assert_eq!(e.round_trip(), Some(ms(102)));
-        for _ in 0..HEAD_SAMPLES {
-            e.record_head(ms(120));
-        }
-        assert_eq!(e.round_trip(), Some(ms(120)), "an old minimum leaves the window");
-        // Against the minimum of the ring, over a pseudo-random sequence.
-        let mut x = 7u64;
-        for _ in 0..1000 {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            e.record_head(ms(x >> 58));
-            assert_eq!(e.round_trip(), e.heads.iter().flatten().min().copied());
-        }
     }
 
     #[test]

@@ -4,12 +4,13 @@
 //! a drain may spend follows from them in `sizing.rs`.
 
 mod estimates;
+mod heads;
 mod key;
 mod table;
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::time::Duration;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 pub(crate) use estimates::{Estimates, Probe, RATE_SAMPLES};
 pub(crate) use key::OriginKey;
@@ -28,6 +29,13 @@ pub(crate) struct Origin {
     /// forgotten first).
     last_used: AtomicU64,
     estimates: Mutex<Estimates>,
+    /// How its first request with an absolute URI spelled it (scheme and
+    /// authority, as written; never one with a userinfo): a service's next
+    /// request spelled the same is to this origin.
+    spelling: OnceLock<(Box<str>, Box<str>)>,
+    /// Its round trip (see `heads.rs`), timed from `epoch`.
+    heads: heads::HeadTimes,
+    epoch: Instant,
     /// HTTP/2: see `http2.rs`.
     pub(crate) streams: http2::Streams,
     /// Drains of this origin holding a slot under `max_concurrent_drains`.
@@ -40,6 +48,9 @@ impl Origin {
             key,
             last_used: AtomicU64::new(now),
             estimates: Mutex::default(),
+            spelling: OnceLock::new(),
+            heads: heads::HeadTimes::default(),
+            epoch: Instant::now(),
             streams: http2::Streams::default(),
             drains: AtomicUsize::new(0),
         }
@@ -63,19 +74,54 @@ impl Origin {
         f(&mut self.estimates.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
+    /// Notes how a request to this origin spelled it, if none did before
+    /// (and it carries no userinfo, which is never kept).
+    pub(crate) fn spell(&self, scheme: Option<&str>, authority: &str) {
+        if self.spelling.get().is_none() && !authority.contains('@') {
+            let _ = self.spelling.set((scheme.unwrap_or("").into(), authority.into()));
+        }
+    }
+
+    /// Whether a request for `scheme://authority` is to this origin, spelled
+    /// as its first one was.
+    pub(crate) fn spelled(&self, scheme: Option<&str>, authority: &str) -> bool {
+        self.spelling.get().is_some_and(|(s, a)| **a == *authority && **s == *scheme.unwrap_or(""))
+    }
+
+    /// Records the time from a request's call to its response head, `now`:
+    /// no lock, and a write only when it is the quickest of its second.
+    pub(crate) fn record_head(&self, now: Instant, head: Duration) {
+        self.heads.record(self.epoch, now, head);
+    }
+
+    /// The origin's round trip: the shortest time from a request's call to
+    /// its response head in the last 16 seconds with one. On a reused
+    /// connection that is one round trip plus the server's quickest answer;
+    /// a response on a new connection also carries the connection's setup,
+    /// so until a reused connection answered, the estimate is high (and the
+    /// first drains' time budget generous, not short). Never the caller's
+    /// reading pace.
+    pub(crate) fn round_trip(&self) -> Option<Duration> {
+        self.heads.round_trip(self.epoch, Instant::now())
+    }
+
     /// `scheme://host:port`, never the userinfo.
     pub(crate) fn name(&self) -> String {
         self.key.to_string()
     }
 }
 
-/// The response's origin, as its drop needs it: the origin, and the round
-/// trip the default budget follows, read when the head arrived so that the
-/// drop takes no lock for it.
+/// The response's origin, as its drop needs it.
 #[derive(Clone)]
 pub(crate) struct OriginAt {
     pub(crate) origin: std::sync::Arc<Origin>,
-    pub(crate) round_trip: Option<Duration>,
+}
+
+impl OriginAt {
+    /// The origin's round trip now (see [`Origin::round_trip`]).
+    pub(crate) fn round_trip(&self) -> Option<Duration> {
+        self.origin.round_trip()
+    }
 }
 
 /// Where an origin stands in adaptive mode
@@ -110,9 +156,9 @@ pub struct OriginSnapshot {
     /// `scheme://host:port`, never the userinfo.
     pub origin: String,
     /// Estimated round trip: the shortest time from a request's call to its
-    /// response head among the origin's last 16 responses (a response on a
-    /// new connection includes the connection's setup). `None` before the
-    /// first response.
+    /// response head in the origin's last 16 seconds with a response (a
+    /// response on a new connection includes the connection's setup).
+    /// `None` before the first response.
     pub round_trip: Option<Duration>,
     /// Estimated cost of a new connection: the observer's connector time
     /// (see [`DrainOnDropLayer::adaptive`](crate::DrainOnDropLayer::adaptive)).
@@ -135,7 +181,13 @@ pub struct OriginSnapshot {
 impl OriginSnapshot {
     /// `origin`'s estimates, in adaptive mode when `adaptive`, with the
     /// budget it gets now.
-    pub(crate) fn new(origin: String, est: &Estimates, adaptive: bool, budget: Option<DrainBudget>) -> Self {
+    pub(crate) fn new(
+        origin: String,
+        est: &Estimates,
+        round_trip: Option<Duration>,
+        adaptive: bool,
+        budget: Option<DrainBudget>,
+    ) -> Self {
         let adaptive = match (adaptive, est.setup_cost(), est.unobserved_responses()) {
             (false, ..) => Adaptive::Off,
             (true, Some(_), _) => Adaptive::Measured,
@@ -145,7 +197,7 @@ impl OriginSnapshot {
         OriginSnapshot {
             adaptive,
             origin,
-            round_trip: est.round_trip(),
+            round_trip,
             setup_cost: est.setup_cost(),
             throughput: est.throughput().map(|v| v as u64),
             budget,
