@@ -78,7 +78,7 @@ impl<B> DrainBody<B> {
 }
 
 /// Runs when a body is dropped before its end: asks the policy, then drains
-/// (see `drain.rs`) or drops the body so that hyper closes the connection.
+/// (see `drain/`) or drops the body so that hyper closes the connection.
 ///
 /// Runs no code of a body other than hyper's own: another body's end and
 /// size are what the layer saw while the caller read it (its size hint when

@@ -3,14 +3,17 @@
 //! told; the policy decides and the drain drains.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::task::{Context, Poll, Waker};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use crate::event::Report;
 use crate::outcome::{Outcome, Reason};
 use crate::timer::Deadline;
+
+mod idle;
+use idle::{Idle, IdleWaiter};
 
 #[derive(Default)]
 struct Counters {
@@ -29,105 +32,6 @@ struct Counters {
     observed: std::sync::atomic::AtomicBool,
     /// Who waits for `in_flight` to reach 0.
     idle: Idle,
-}
-
-/// The waiters of [`DrainStats::wait_idle`] and
-/// [`wait_idle_blocking`](DrainStats::wait_idle_blocking), woken when the
-/// last drain ends.
-///
-/// A waiter counts itself in `waiters` and registers (its waker, or its
-/// wait on `ended`) under `list`'s lock, then reads `in_flight`; a drain
-/// ending decrements `in_flight`, then reads `waiters`, and takes the lock
-/// only when someone waits. Both pairs are `SeqCst`: either the drain sees
-/// the waiter (and wakes it), or the waiter sees the decrement (and does
-/// not wait).
-#[derive(Default)]
-struct Idle {
-    /// Waiters alive, registered or not.
-    waiters: AtomicUsize,
-    list: Mutex<Wakers>,
-    /// Signalled for blocking waiters when the last drain ends.
-    ended: Condvar,
-}
-
-#[derive(Default)]
-struct Wakers {
-    next_id: u64,
-    /// Async waiters' wakers, by waiter id; taken (emptied) when woken.
-    wakers: Vec<(u64, Waker)>,
-}
-
-impl Idle {
-    fn list(&self) -> MutexGuard<'_, Wakers> {
-        // Only the list's own code runs under this lock: no waker is
-        // cloned, dropped or woken there.
-        self.list.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// The last drain ended: hands every async waiter's waker to the
-    /// timer thread and wakes the blocking ones. Runs no waker itself: it
-    /// may run in a body's drop or a runtime's shutdown.
-    fn wake_all(&self) {
-        let wakers: Vec<Waker> = {
-            let mut list = self.list();
-            self.ended.notify_all();
-            list.wakers.drain(..).map(|(_, waker)| waker).collect()
-        };
-        crate::timer::wake_soon(wakers);
-    }
-}
-
-/// One async waiter for idle: its waker stays registered until it is woken
-/// or the waiter is dropped.
-struct IdleWaiter<'a> {
-    idle: &'a Idle,
-    id: u64,
-}
-
-impl<'a> IdleWaiter<'a> {
-    fn new(idle: &'a Idle) -> Self {
-        let id = {
-            let mut list = idle.list();
-            list.next_id += 1;
-            list.next_id
-        };
-        idle.waiters.fetch_add(1, Ordering::SeqCst);
-        IdleWaiter { idle, id }
-    }
-
-    /// Registers (or refreshes) `waker`; the caller reads `in_flight` after.
-    fn register(&self, waker: &Waker) {
-        let mut list = self.idle.list();
-        if let Some((_, registered)) = list.wakers.iter().find(|(id, _)| *id == self.id)
-            && registered.will_wake(waker)
-        {
-            return;
-        }
-        drop(list);
-        let waker = waker.clone();
-        list = self.idle.list();
-        let replaced = match list.wakers.iter_mut().find(|(id, _)| *id == self.id) {
-            Some((_, registered)) => Some(std::mem::replace(registered, waker)),
-            None => {
-                list.wakers.push((self.id, waker));
-                None
-            }
-        };
-        drop(list);
-        // Dropped after the lock.
-        drop(replaced);
-    }
-}
-
-impl Drop for IdleWaiter<'_> {
-    fn drop(&mut self) {
-        self.idle.waiters.fetch_sub(1, Ordering::SeqCst);
-        let removed = {
-            let mut list = self.idle.list();
-            list.wakers.iter().position(|(id, _)| *id == self.id).map(|at| list.wakers.swap_remove(at))
-        };
-        drop(removed);
-    }
 }
 
 /// A cheap, cloneable handle on the counters of one
@@ -482,6 +386,7 @@ impl Drop for Slot {
 mod tests {
     use super::*;
     use std::future::Future;
+    use std::task::Waker;
 
     fn report(reason: Reason, bytes: u64) -> Report<'static> {
         Report {

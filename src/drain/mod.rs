@@ -21,7 +21,6 @@ use std::cell::Cell;
 use std::future::poll_fn;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker, ready};
 use std::time::{Duration, Instant};
 
@@ -39,6 +38,8 @@ use crate::response::DropContext;
 use crate::runtime;
 use crate::stats::Slot;
 use crate::timer::Deadline;
+
+mod task;
 
 /// How a drain starts.
 pub(crate) enum Start {
@@ -118,7 +119,7 @@ where
     if http2 {
         drain.ctx.streams().hold();
     }
-    spawn(&runtime, drain, fallback);
+    task::spawn(&runtime, drain, fallback);
 }
 
 /// A budget that never runs out: HTTP/2 drains that wait for room read
@@ -134,60 +135,6 @@ struct Wait {
     ask_at: Instant,
     /// When the wait began.
     since: Instant,
-}
-
-/// Runs `drain` on a task of `runtime`. A runtime that has shut down drops
-/// the task unpolled, inside `spawn`: the drain then goes to `fallback`
-/// (see [`Task`]). The fallback is kept for that call only: a runtime that
-/// shuts down later drops the queued drain, counted `runtime_shutdown`, and
-/// no drain keeps a runtime it does not run on (its handle holds the
-/// runtime's file descriptors).
-fn spawn<B>(runtime: &Handle, drain: Drain<B>, fallback: Option<Handle>)
-where
-    B: Body + Send + 'static,
-{
-    let fallback = fallback.map(|handle| Arc::new(Mutex::new(Some(handle))));
-    let mut task = Task { drain: Some(drain), fallback: fallback.clone() };
-    // Detached: the task ends by itself at the end of the body, on the
-    // first error, or at the deadline.
-    drop(runtime.spawn(async move {
-        let mut drain = task.drain.take().expect("a task is started once");
-        drain.polled = true;
-        let reason = drain.run().await;
-        drain.finish(reason);
-    }));
-    if let Some(fallback) = fallback {
-        drop(take(&fallback));
-    }
-}
-
-/// A drain on its way to a task: dropped unpolled inside `spawn` (its
-/// runtime had shut down), it hands the drain to the fallback runtime, if
-/// `spawn` still holds one for it; otherwise the drain counts itself (`Drop
-/// for Drain`).
-struct Task<B>
-where
-    B: Body + Send + 'static,
-{
-    drain: Option<Drain<B>>,
-    fallback: Option<Arc<Mutex<Option<Handle>>>>,
-}
-
-fn take(fallback: &Mutex<Option<Handle>>) -> Option<Handle> {
-    // Only `take` runs under this lock.
-    fallback.lock().unwrap_or_else(|e| e.into_inner()).take()
-}
-
-impl<B> Drop for Task<B>
-where
-    B: Body + Send + 'static,
-{
-    fn drop(&mut self) {
-        let fallback = self.fallback.take().and_then(|f| take(&f));
-        if let (Some(drain), Some(fallback)) = (self.drain.take(), fallback) {
-            spawn(&fallback, drain, None);
-        }
-    }
 }
 
 /// One drain: owns the body (and, on a task, its slot) until the outcome is
