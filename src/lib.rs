@@ -185,10 +185,10 @@
 //!
 //! - **A body that flows** is read to its end, up to the stream's
 //!   flow-control window (2 MiB, or `max_bytes` if larger: what the server
-//!   may send before it hears a reset anyway) and within the time budget:
-//!   no reset (`end_of_body`).
-//! - **A body that stalls** (no frame for twice the origin's round trip
-//!   plus 5 ms), **a longer one** (`declared_over_budget`, `over_bytes`)
+//!   may send before it hears a reset anyway) and within the time budget
+//!   (at least 1 s): no reset (`end_of_body`).
+//! - **A body that stalls** before it flowed (less than 16 KiB came, then
+//!   no frame for twice the origin's round trip plus 5 ms), **a longer one** (`declared_over_budget`, `over_bytes`)
 //!   and **an open-ended stream** ([`stream_content_types`], by default
 //!   server-sent events and gRPC: `stream`) have their stream reset, as
 //!   long as the connection can remember the reset: the layer lets its own
@@ -201,11 +201,11 @@
 //!   that ends meanwhile needs no reset (`paced_to_end`). A dropped endless
 //!   stream so reads nothing, and one not listed reads at most its window
 //!   plus what arrives while its reset waits.
-//! - **Streams held**: drains hold at most 4 streams of an origin; a new
+//! - **Streams held**: drains hold at most 2 streams of an origin; a new
 //!   request to it then waits in its response future (before hyper-util's
 //!   client sends it) until one ends, as it would if its caller read the
-//!   body itself. Each caller can add one more drop meanwhile, so at most 4
-//!   plus one per caller. Servers allow 100 streams or more (RFC 9113
+//!   body itself. Each caller can add one more drop meanwhile, so at most
+//!   2 plus one per caller. Servers allow 100 streams or more (RFC 9113
 //!   advises no less); a server that announces no limit (Node's) is not
 //!   flooded.
 //!

@@ -242,20 +242,25 @@ where
         }
     }
 
-    /// [`read`](Self::read) for HTTP/2, which also gives up (`stalled`)
-    /// when no frame came for [`http2::stall_after`] the origin's round
-    /// trip: a server with nothing more to send now gets its stream back
-    /// rather than have it held (a stream, unlike an HTTP/1 connection,
-    /// saves nothing by being held).
+    /// [`read`](Self::read) for HTTP/2, which also gives up (`stalled`) on a
+    /// body that has not flowed when no frame came for
+    /// [`http2::stall_after`] the origin's round trip: a server with nothing
+    /// to send now gets its stream back rather than have it held (a stream,
+    /// unlike an HTTP/1 connection, saves nothing by being held).
     async fn read_h2(&mut self, mut deadline: Option<&mut Deadline>) -> Reason {
-        let stall_after = http2::stall_after(self.ctx.origin().and_then(OriginAt::round_trip));
+        let round_trip = self.ctx.origin().and_then(OriginAt::round_trip);
         let started = Instant::now();
         // Fires when the body would have stalled had no frame come since
         // it was set; moved on then (not at every frame) if one came.
+        let stall_after = http2::stall_after(round_trip);
         let mut quiet = Deadline::at(started + stall_after);
         poll_fn(|cx| {
             if let Poll::Ready(reason) = self.poll_guarded(cx, deadline.as_deref_mut()) {
                 return Poll::Ready(reason);
+            }
+            // A body that has flowed is bounded by its budgets alone.
+            if self.bytes >= http2::FLOWING {
+                return Poll::Pending;
             }
             loop {
                 ready!(quiet.poll_elapsed(cx));

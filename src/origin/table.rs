@@ -1,8 +1,11 @@
 //! The per-origin table of one layer: every origin's state behind an `Arc`,
-//! found by one short lock on the table when a request is called, and kept
-//! by the request's response and drain from then on without the table.
-//! Bounded to [`MAX_ORIGINS`], the least recently used forgotten first: a
-//! forgotten origin lives on for the responses and drains that hold it.
+//! found when a request is called (by a service whose last request went
+//! elsewhere: see `request::LastOrigin`) and kept by the request's response
+//! and drain from then on without the table. The table is in [`SHARDS`]
+//! parts by hash, each behind its own short lock, so that callers of many
+//! origins do not take turns on one lock. Bounded to [`MAX_ORIGINS`], the
+//! least recently used of a part forgotten first: a forgotten origin lives
+//! on for the responses and drains that hold it.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, BuildHasherDefault, Hasher, RandomState};
@@ -12,10 +15,13 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use super::Origin;
 use super::key::{OriginKey, Target};
 
-/// Origins tracked per layer; the least recently used is forgotten first
-/// (found by a scan of the table, only when a new origin comes to a full
-/// one: 256 comparisons).
+/// Origins tracked per layer, [`MAX_ORIGINS`] / [`SHARDS`] in each part; the
+/// least recently used of a part is forgotten first (found by a scan of the
+/// part, only when a new origin comes to a full one: 16 comparisons).
 pub(crate) const MAX_ORIGINS: usize = 256;
+/// Parts of the table, each behind its own lock.
+pub(crate) const SHARDS: usize = 16;
+const PER_SHARD: usize = MAX_ORIGINS / SHARDS;
 
 /// Origins by the hash of their parts, and the clock their `last_used`
 /// is read from.
@@ -51,7 +57,7 @@ impl Hasher for PreHashed {
 
 /// The per-origin table of one layer.
 pub(crate) struct Origins {
-    table: Mutex<Table>,
+    shards: [Mutex<Table>; SHARDS],
     /// Seeds the origins' hashes, differently in every table.
     seed: u64,
     /// Origins in the table, readable without its lock.
@@ -61,7 +67,7 @@ pub(crate) struct Origins {
 impl Default for Origins {
     fn default() -> Self {
         Origins {
-            table: Mutex::default(),
+            shards: std::array::from_fn(|_| Mutex::default()),
             seed: RandomState::new().hash_one(0u8),
             tracked: AtomicUsize::new(0),
         }
@@ -76,9 +82,12 @@ impl Origins {
         Target::of(uri, headers, self.seed)
     }
 
-    fn table(&self) -> MutexGuard<'_, Table> {
+    /// The part of the table that holds the origin of `hash`.
+    fn shard(&self, hash: u64) -> MutexGuard<'_, Table> {
+        // The high bits: the map keys on the hash itself, the low bits.
+        let shard = &self.shards[(hash >> 60) as usize % SHARDS];
         // A panic while holding the lock cannot leave the table invalid.
-        self.table.lock().unwrap_or_else(|e| e.into_inner())
+        shard.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// `target`'s origin, created if needed (forgetting the least recently
@@ -88,7 +97,7 @@ impl Origins {
     pub(crate) fn find(&self, target: &Target) -> Option<Arc<Origin>> {
         let parts = target.parts();
         let hash = target.hash();
-        let mut guard = self.table();
+        let mut guard = self.shard(hash);
         let table = &mut *guard;
         table.clock += 1;
         let now = table.clock;
@@ -96,7 +105,8 @@ impl Origins {
             origin.last_used.store(now, Ordering::Relaxed);
             return origin.key.matches(parts).then(|| origin.clone());
         }
-        if table.by_hash.len() >= MAX_ORIGINS {
+        let full = table.by_hash.len() >= PER_SHARD;
+        if full {
             let oldest = table
                 .by_hash
                 .iter()
@@ -108,14 +118,19 @@ impl Origins {
         }
         let origin = Arc::new(Origin::new(OriginKey::new(parts), now));
         table.by_hash.insert(hash, origin.clone());
-        self.tracked.store(table.by_hash.len(), Ordering::Relaxed);
+        if !full {
+            self.tracked.fetch_add(1, Ordering::Relaxed);
+        }
         Some(origin)
     }
 
-    /// Every origin tracked, sorted by name; collected under the lock, named
-    /// and read outside it.
+    /// Every origin tracked, sorted by name; collected part by part under
+    /// its lock, named and read outside them.
     pub(crate) fn all(&self) -> Vec<Arc<Origin>> {
-        let mut all: Vec<Arc<Origin>> = self.table().by_hash.values().cloned().collect();
+        let mut all: Vec<Arc<Origin>> = Vec::new();
+        for shard in &self.shards {
+            all.extend(shard.lock().unwrap_or_else(|e| e.into_inner()).by_hash.values().cloned());
+        }
         all.sort_by_cached_key(|o| o.key.to_string());
         all
     }
@@ -131,31 +146,40 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
-    fn find(origins: &Origins, u: &str) -> Arc<Origin> {
+    fn find_uri(origins: &Origins, u: &str) -> Arc<Origin> {
         origins.find(&origins.target(&u.parse().unwrap(), &http::HeaderMap::new()).unwrap()).unwrap()
     }
 
     #[test]
-    fn the_table_forgets_the_least_recently_used_origin() {
+    fn each_part_of_the_table_forgets_its_least_recently_used_origin() {
         let origins = Origins::default();
-        let uri = |i: usize| format!("http://h{i}:80/");
-        let (first, second) = (find(&origins, &uri(0)), find(&origins, &uri(1)));
-        for i in 2..MAX_ORIGINS {
-            find(&origins, &uri(i));
+        let target = |i: usize| {
+            origins.target(&format!("http://h{i}:80/").parse().unwrap(), &http::HeaderMap::new()).unwrap()
+        };
+        // Origins that fall in one part of the table.
+        let part = |i: usize| (target(i).hash() >> 60) as usize % SHARDS;
+        let same: Vec<usize> = (0..).filter(|&i| part(i) == part(0)).take(PER_SHARD + 1).collect();
+        let find = |i: usize| origins.find(&target(i)).unwrap();
+        let (first, second) = (find(same[0]), find(same[1]));
+        for &i in &same[2..PER_SHARD] {
+            find(i);
         }
-        assert!(Arc::ptr_eq(&first, &find(&origins, &uri(0))), "found again, and used again");
-        find(&origins, &uri(MAX_ORIGINS)); // full: the least recently used (1) goes
-        assert_eq!(origins.len(), MAX_ORIGINS);
-        assert!(Arc::ptr_eq(&first, &find(&origins, &uri(0))), "the recently used one stays");
-        assert!(!Arc::ptr_eq(&second, &find(&origins, &uri(1))), "the oldest was forgotten: another entry");
+        assert!(Arc::ptr_eq(&first, &find(same[0])), "found again, and used again");
+        find(same[PER_SHARD]); // full: the least recently used (the second) goes
+        assert_eq!(origins.len(), PER_SHARD);
+        assert!(Arc::ptr_eq(&first, &find(same[0])), "the recently used one stays");
+        assert!(!Arc::ptr_eq(&second, &find(same[1])), "the oldest was forgotten: another entry");
+        let other = (0..).find(|&i| part(i) != part(0)).unwrap();
+        find(other);
+        assert_eq!(origins.len(), PER_SHARD + 1, "another part has room of its own");
     }
 
     #[test]
     fn one_origin_however_its_uri_is_written_and_estimates_kept_between_uses() {
         let origins = Origins::default();
-        let a = find(&origins, "http://alice:secret@API.example/x");
+        let a = find_uri(&origins, "http://alice:secret@API.example/x");
         a.record_head(std::time::Instant::now(), Duration::from_millis(7));
-        let b = find(&origins, "http://api.example:80/y");
+        let b = find_uri(&origins, "http://api.example:80/y");
         assert!(Arc::ptr_eq(&a, &b), "one origin");
         assert_eq!(b.round_trip(), Some(Duration::from_millis(7)));
         assert_eq!(origins.len(), 1);
