@@ -115,7 +115,7 @@ impl DrainOnDropLayer {
     ///
     /// Zero disables draining. Default: it follows the origin's round trip,
     /// measured by the layer (the shortest time from a request to its
-    /// response head among the origin's last 16): enough round trips for a
+    /// response head in the origin's last 16 seconds): enough round trips for a
     /// new connection's TCP slow start to deliver the byte budget, plus one
     /// (six at the default 256 KiB), never less than 50 ms nor more than
     /// 1 s. So 50 ms on a LAN, 600 ms for an origin 100 ms away; 50 ms before

@@ -4,7 +4,7 @@
 //!
 //! ```toml
 //! [dependencies]
-//! drain-on-drop = "0.5"
+//! drain-on-drop = "0.6"
 //! http = "1"
 //! http-body-util = "0.1"
 //! hyper = { version = "1", features = ["http1", "server"] }
@@ -156,7 +156,7 @@
 //! its head on a new connection (TCP slow start), so every such drain runs
 //! out of time, and every request pays a new TCP and TLS handshake plus the
 //! slow start of its response. So the layer measures, per origin, the
-//! shortest time from a request to its response head among the last 16 (one
+//! shortest time from a request to its response head in the last 16 s (one
 //! round trip plus the server's quickest answer), and gives each drain
 //! enough round trips for a new connection's slow start to deliver the
 //! byte budget, plus one: with the default 256 KiB, **six round trips,
