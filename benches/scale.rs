@@ -68,7 +68,8 @@ where
             tokio::spawn(async move {
                 for i in 0..each {
                     let uri = uris[(c + i) % uris.len()].clone();
-                    let res = svc.ready().await.unwrap().call(Request::get(uri).body(()).unwrap()).await.unwrap();
+                    let res =
+                        svc.ready().await.unwrap().call(Request::get(uri).body(()).unwrap()).await.unwrap();
                     black_box(res.into_body().collect().await.unwrap().to_bytes());
                 }
             })
@@ -90,7 +91,8 @@ fn main() {
     let blocks = if args.quick { 5 } else { 21 };
     let per_block = if args.quick { 4_000 } else { 20_000 };
     let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(workers).enable_all().build().unwrap();
+    let rt =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(workers).enable_all().build().unwrap();
     println!(
         "# The layer's cost per response read to its end, by callers and origins ({workers} workers, in memory)"
     );
