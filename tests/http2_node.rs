@@ -43,8 +43,8 @@
 mod support;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -89,9 +89,8 @@ fn counted(s: &DrainSnapshot) -> u64 {
     s.drained + s.abandoned + s.skipped + s.failed
 }
 
-/// [`h2_traffic`], keeping every failure: the run, its failures by kind
-/// (the error with its stream ids left out), and the longest a request took
-/// to its head (printed, never asserted).
+/// [`h2_traffic`]: the run, its failures by kind, and the longest a
+/// request took to its head (printed, never asserted).
 type Traffic = (H2Run, BTreeMap<String, usize>, Duration);
 
 async fn traffic<S, B>(svc: S, uri: http::Uri, callers: usize, requests: usize) -> Traffic
@@ -101,53 +100,9 @@ where
     S::Error: std::fmt::Debug + Send,
     B: Send + 'static,
 {
-    let tickets = Arc::new(AtomicUsize::new(0));
-    let seen = Arc::new(Mutex::new((H2Run::default(), BTreeMap::new(), Duration::ZERO)));
-    let mut tasks = Vec::new();
-    for _ in 0..callers {
-        let (mut svc, uri, tickets, seen) = (svc.clone(), uri.clone(), tickets.clone(), seen.clone());
-        tasks.push(tokio::spawn(async move {
-            while tickets.fetch_add(1, Ordering::SeqCst) < requests {
-                let start = Instant::now();
-                let result = match svc.ready().await {
-                    Ok(ready) => ready.call(get(uri.clone())).await,
-                    Err(e) => Err(e),
-                };
-                let took = start.elapsed();
-                let mut seen = seen.lock().unwrap();
-                let (run, kinds, slowest) = &mut *seen;
-                *slowest = (*slowest).max(took);
-                run.sent += 1;
-                if let Err(e) = result {
-                    let e = format!("{e:?}");
-                    run.failed += 1;
-                    if e.contains("too_many_internal_resets") {
-                        run.too_many_resets += 1;
-                    }
-                    *kinds.entry(without_stream_ids(&e)).or_insert(0) += 1;
-                    run.first_error.get_or_insert(e);
-                }
-            }
-        }));
-    }
-    for task in tasks {
-        task.await.unwrap();
-    }
-    Arc::try_unwrap(seen).unwrap().into_inner().unwrap()
-}
-
-/// `e` with the number of every `StreamId(n)` left out, so that failures
-/// of one kind read the same.
-fn without_stream_ids(e: &str) -> String {
-    let mut out = String::new();
-    let mut rest = e;
-    while let Some(at) = rest.find("StreamId(") {
-        let (head, tail) = rest.split_at(at + "StreamId(".len());
-        out.push_str(head);
-        rest = tail.trim_start_matches(|c: char| c.is_ascii_digit());
-    }
-    out.push_str(rest);
-    out
+    let mut run = h2_traffic(svc, uri, callers, requests, false).await;
+    let (kinds, slowest) = (std::mem::take(&mut run.kinds), run.slowest);
+    (run, kinds, slowest)
 }
 
 fn summary(server: &NodeStats) -> String {

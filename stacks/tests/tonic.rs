@@ -190,73 +190,58 @@ where
     T::ResponseBody: http_body::Body<Data = Bytes> + Send + 'static,
     <T::ResponseBody as http_body::Body>::Error: Into<StdError> + Send,
 {
-    tokio::time::timeout(RUN_DEADLINE, drop_streams_now(client, callers, each, request, read))
-        .await
-        .unwrap_or_else(|_| panic!("{callers} callers x {each} calls did not end within {RUN_DEADLINE:?}"))
-}
-
-async fn drop_streams_now<T>(
-    client: FirehoseClient<T>,
-    callers: usize,
-    each: usize,
-    request: SubscribeRequest,
-    read: usize,
-) -> Traffic
-where
-    T: tonic::client::GrpcService<tonic::body::Body> + Clone + Send + 'static,
-    T::Future: Send,
-    T::Error: Into<StdError>,
-    T::ResponseBody: http_body::Body<Data = Bytes> + Send + 'static,
-    <T::ResponseBody as http_body::Body>::Error: Into<StdError> + Send,
-{
-    let start = Instant::now();
-    let failures = Arc::new(Mutex::new(Vec::<String>::new()));
-    let tasks: Vec<_> = (0..callers)
-        .map(|_| {
-            let mut client = client.clone();
-            let request = request.clone();
-            let failures = Arc::clone(&failures);
-            tokio::spawn(async move {
-                for _ in 0..each {
-                    let failure = match client.subscribe(request.clone()).await {
-                        Ok(res) => {
-                            let mut stream = res.into_inner();
-                            let mut failure = None;
-                            for i in 0..read {
-                                match stream.message().await {
-                                    Ok(Some(_)) => {}
-                                    Ok(None) => {
-                                        failure = Some(format!("the stream ended after {i} messages"))
+    tokio::time::timeout(RUN_DEADLINE, async move {
+        let start = Instant::now();
+        let failures = Arc::new(Mutex::new(Vec::<String>::new()));
+        let tasks: Vec<_> = (0..callers)
+            .map(|_| {
+                let mut client = client.clone();
+                let request = request.clone();
+                let failures = Arc::clone(&failures);
+                tokio::spawn(async move {
+                    for _ in 0..each {
+                        let failure = match client.subscribe(request.clone()).await {
+                            Ok(res) => {
+                                let mut stream = res.into_inner();
+                                let mut failure = None;
+                                for i in 0..read {
+                                    match stream.message().await {
+                                        Ok(Some(_)) => {}
+                                        Ok(None) => {
+                                            failure = Some(format!("the stream ended after {i} messages"))
+                                        }
+                                        Err(status) => failure = Some(format!("message {i}: {status}")),
                                     }
-                                    Err(status) => failure = Some(format!("message {i}: {status}")),
+                                    if failure.is_some() {
+                                        break;
+                                    }
                                 }
-                                if failure.is_some() {
-                                    break;
-                                }
+                                drop(stream); // early: the rest of the stream is the layer's (or h2's)
+                                failure
                             }
-                            drop(stream); // early: the rest of the stream is the layer's (or h2's)
-                            failure
+                            Err(status) => Some(format!("the call: {status}")),
+                        };
+                        if let Some(failure) = failure {
+                            failures.lock().unwrap().push(failure);
                         }
-                        Err(status) => Some(format!("the call: {status}")),
-                    };
-                    if let Some(failure) = failure {
-                        failures.lock().unwrap().push(failure);
                     }
-                }
+                })
             })
-        })
-        .collect();
-    for task in tasks {
-        task.await.expect("a caller panicked");
-    }
-    let failures = failures.lock().unwrap();
-    Traffic {
-        calls: callers * each,
-        failed: failures.len(),
-        first_failure: failures.first().cloned(),
-        too_many_resets: failures.iter().filter(|f| f.contains("too_many_internal_resets")).count(),
-        elapsed: start.elapsed(),
-    }
+            .collect();
+        for task in tasks {
+            task.await.expect("a caller panicked");
+        }
+        let failures = failures.lock().unwrap();
+        Traffic {
+            calls: callers * each,
+            failed: failures.len(),
+            first_failure: failures.first().cloned(),
+            too_many_resets: failures.iter().filter(|f| f.contains("too_many_internal_resets")).count(),
+            elapsed: start.elapsed(),
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("{callers} callers x {each} calls did not end within {RUN_DEADLINE:?}"))
 }
 
 /// The server's figures, for the printout.

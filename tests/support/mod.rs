@@ -634,6 +634,24 @@ pub struct H2Run {
     /// with GOAWAY `too_many_internal_resets`.
     pub too_many_resets: usize,
     pub first_error: Option<String>,
+    /// Failures by kind: the error with its stream ids left out, so that
+    /// failures of one kind read the same.
+    pub kinds: std::collections::BTreeMap<String, usize>,
+    /// The longest a request took to its head (for printing, never asserted).
+    pub slowest: Duration,
+}
+
+/// `e` with the number of every `StreamId(n)` left out.
+fn without_stream_ids(e: &str) -> String {
+    let mut out = String::new();
+    let mut rest = e;
+    while let Some(at) = rest.find("StreamId(") {
+        let (head, tail) = rest.split_at(at + "StreamId(".len());
+        out.push_str(head);
+        rest = tail.trim_start_matches(|c: char| c.is_ascii_digit());
+    }
+    out.push_str(rest);
+    out
 }
 
 /// `callers` tasks sharing `svc` send GETs for `uri` until `requests` were
@@ -661,12 +679,15 @@ where
             (svc.clone(), uri.clone(), tickets.clone(), stop.clone(), run.clone());
         tasks.push(tokio::spawn(async move {
             while !stop.load(Ordering::SeqCst) && tickets.fetch_add(1, Ordering::SeqCst) < requests {
+                let start = Instant::now();
                 let result = match svc.ready().await {
                     Ok(ready) => ready.call(get(uri.clone())).await,
                     Err(e) => Err(e),
                 };
+                let took = start.elapsed();
                 let mut run = run.lock().unwrap();
                 run.sent += 1;
+                run.slowest = run.slowest.max(took);
                 if let Err(e) = result {
                     let e = format!("{e:?}");
                     run.failed += 1;
@@ -676,6 +697,7 @@ where
                             stop.store(true, Ordering::SeqCst);
                         }
                     }
+                    *run.kinds.entry(without_stream_ids(&e)).or_insert(0) += 1;
                     run.first_error.get_or_insert(e);
                 }
             }
