@@ -105,7 +105,7 @@ pub(crate) const H2_RESET_MEMORY: usize = 50;
 /// How long the layer counts a reset against its connection's memory: h2
 /// remembers a reset stream for at least 1 s and forgets it only when the
 /// connection task next clears expired streams, which under load comes up
-/// to a second later (measured with 0.5.0's pace of 25 a second: 32 a
+/// to a second later (measured with an earlier pace of 25 a second: 32 a
 /// second let late DATA through, so h2 held more than 50 at once).
 pub(crate) const RESET_WINDOW: Duration = Duration::from_secs(2);
 
