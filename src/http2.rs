@@ -40,11 +40,16 @@
 //!
 //! **The bound on streams.** Drains hold streams: at most [`HELD_STREAMS`]
 //! per origin before a new request to that origin waits (in its response
-//! future, before hyper-util's client sends it) until fewer do, as a
-//! caller reading its body would. So drains never take every stream of a
-//! connection (servers allow 100 or more; RFC 9113 advises no less), a
-//! server that announces no limit (Node's) is not flooded, and a request
-//! waits only while its origin's drops come faster than drains end. A
+//! future, before hyper-util's client sends it) for one of them to end, as
+//! a caller reading its body would wait for its end: each drain that ends
+//! lets the oldest waiting request go in its place, and every waiting
+//! request goes once fewer than [`HELD_STREAMS`] are left. So an origin's
+//! drains and requests never hold more streams than its callers would
+//! reading every body, plus [`HELD_STREAMS`]; drains never take every
+//! stream of a connection (servers allow 100 or more; RFC 9113 advises no
+//! less), a server that announces no limit (Node's) is not flooded, and a
+//! request waits only while its origin's drops come faster than drains
+//! end. A
 //! client that sends a request as soon as it is called (tonic's `Channel`,
 //! hyper's own connections) has the request at the server while it waits:
 //! each caller can then hold one stream more.
@@ -57,6 +62,7 @@
 //! a client that resets more than 1,000 streams in a burst, then 33 a
 //! second (its nghttp2's limit), Go's client included.
 
+use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll, Waker};
@@ -207,8 +213,20 @@ pub(crate) struct Streams {
     room: Mutex<Room>,
     /// Drains running on a task (reading, or waiting for room).
     held: AtomicUsize,
-    /// Requests waiting for `held` to drop below [`HELD_STREAMS`].
-    waiting: Mutex<Vec<Waker>>,
+    /// Requests waiting for `held` to drop below [`HELD_STREAMS`], or for
+    /// a drain to end.
+    waiting: Mutex<Waiting>,
+}
+
+/// The requests of one origin waiting to be sent, oldest first, and the
+/// passes handed to them by drains that ended.
+#[derive(Debug, Default)]
+struct Waiting {
+    wakers: VecDeque<Waker>,
+    /// Requests that may go although `held` is at the bound: one for each
+    /// drain that ended while requests waited, taken by the next request
+    /// polled (the one woken for it, unless another came first).
+    passes: usize,
 }
 
 impl Streams {
@@ -236,19 +254,29 @@ impl Streams {
         self.held.fetch_add(1, Ordering::AcqRel);
     }
 
-    /// A drain is done with its stream: requests that waited for fewer
-    /// drains go on.
+    /// A drain is done with its stream: the oldest waiting request goes
+    /// on in its place, as a caller that read its body to the end would
+    /// send its next request; once fewer drains than [`HELD_STREAMS`]
+    /// hold streams, every waiting request does.
     pub(crate) fn release(&self) {
         let before = self.held.fetch_sub(1, Ordering::AcqRel);
-        if before <= HELD_STREAMS {
-            let woken = std::mem::take(&mut *lock(&self.waiting));
-            woken.into_iter().for_each(Waker::wake);
-        }
+        let mut waiting = lock(&self.waiting);
+        let woken = if before <= HELD_STREAMS {
+            waiting.passes = 0;
+            std::mem::take(&mut waiting.wakers)
+        } else {
+            let Some(oldest) = waiting.wakers.pop_front() else { return };
+            waiting.passes += 1;
+            VecDeque::from([oldest])
+        };
+        drop(waiting);
+        woken.into_iter().for_each(Waker::wake);
     }
 
     /// `Ready` when a new request to this origin may be sent: fewer than
-    /// [`HELD_STREAMS`] drains hold its streams. Otherwise `cx` is woken
-    /// when one is done.
+    /// [`HELD_STREAMS`] drains hold its streams, or a drain that ended
+    /// left a pass. Otherwise `cx` is woken when one ends (oldest waiting
+    /// first), or when fewer than [`HELD_STREAMS`] are left.
     pub(crate) fn poll_send(&self, cx: &mut Context<'_>) -> Poll<()> {
         if self.held.load(Ordering::Acquire) < HELD_STREAMS {
             return Poll::Ready(());
@@ -259,8 +287,14 @@ impl Streams {
         if self.held.load(Ordering::Acquire) < HELD_STREAMS {
             return Poll::Ready(());
         }
-        if !waiting.iter().any(|w| w.will_wake(cx.waker())) {
-            waiting.push(cx.waker().clone());
+        if waiting.passes > 0 {
+            waiting.passes -= 1;
+            // Not woken again for a pass it no longer needs.
+            waiting.wakers.retain(|w| !w.will_wake(cx.waker()));
+            return Poll::Ready(());
+        }
+        if !waiting.wakers.iter().any(|w| w.will_wake(cx.waker())) {
+            waiting.wakers.push_back(cx.waker().clone());
         }
         Poll::Pending
     }
@@ -314,17 +348,22 @@ mod tests {
         assert!(s.try_reset(H2_RESET_MEMORY, now).is_err(), "resets the layer could not defer take room too");
     }
 
-    #[test]
-    fn requests_wait_while_held_streams_are_at_the_bound_and_go_on_when_one_is_released() {
-        let streams = Streams::default();
-        let woken = std::sync::Arc::new(AtomicUsize::new(0));
+    /// A waker counting its wakes.
+    fn counting_waker() -> (Waker, std::sync::Arc<AtomicUsize>) {
         struct Count(std::sync::Arc<AtomicUsize>);
         impl std::task::Wake for Count {
             fn wake(self: std::sync::Arc<Self>) {
                 self.0.fetch_add(1, Ordering::SeqCst);
             }
         }
-        let waker = Waker::from(std::sync::Arc::new(Count(woken.clone())));
+        let woken = std::sync::Arc::new(AtomicUsize::new(0));
+        (Waker::from(std::sync::Arc::new(Count(woken.clone()))), woken)
+    }
+
+    #[test]
+    fn requests_wait_while_held_streams_are_at_the_bound_and_go_on_when_one_is_released() {
+        let streams = Streams::default();
+        let (waker, woken) = counting_waker();
         let mut cx = Context::from_waker(&waker);
         (0..HELD_STREAMS).for_each(|_| streams.hold());
         assert!(streams.poll_send(&mut cx).is_pending());
@@ -332,5 +371,40 @@ mod tests {
         streams.release();
         assert_eq!(woken.load(Ordering::SeqCst), 1);
         assert!(streams.poll_send(&mut cx).is_ready());
+    }
+
+    #[test]
+    fn a_drain_that_ends_lets_the_oldest_waiting_request_go_in_its_place() {
+        let streams = Streams::default();
+        let (a, a_woken) = counting_waker();
+        let (b, b_woken) = counting_waker();
+        let (mut a, mut b) = (Context::from_waker(&a), Context::from_waker(&b));
+        // Many callers dropped at once: more drains than the bound.
+        (0..HELD_STREAMS + 3).for_each(|_| streams.hold());
+        assert!(streams.poll_send(&mut a).is_pending());
+        assert!(streams.poll_send(&mut b).is_pending());
+        streams.release();
+        assert_eq!(
+            (a_woken.load(Ordering::SeqCst), b_woken.load(Ordering::SeqCst)),
+            (1, 0),
+            "the oldest only"
+        );
+        assert!(streams.poll_send(&mut a).is_ready(), "in the place of the drain that ended");
+        assert!(streams.poll_send(&mut b).is_pending(), "one pass per drain that ended");
+        streams.release();
+        assert_eq!(b_woken.load(Ordering::SeqCst), 1);
+        assert!(streams.poll_send(&mut b).is_ready());
+        // A pass whose request went away is taken by the next one polled.
+        assert!(streams.poll_send(&mut a).is_pending());
+        assert!(streams.poll_send(&mut b).is_pending());
+        streams.release(); // `a`'s pass: `a` is never polled again
+        assert_eq!(a_woken.load(Ordering::SeqCst), 2);
+        assert!(streams.poll_send(&mut b).is_ready(), "the pass left unused goes to `b`");
+        // Below the bound, every waiting request goes.
+        assert!(streams.poll_send(&mut a).is_pending());
+        assert!(streams.poll_send(&mut b).is_pending());
+        streams.release();
+        assert_eq!((a_woken.load(Ordering::SeqCst), b_woken.load(Ordering::SeqCst)), (3, 2));
+        assert!(streams.poll_send(&mut a).is_ready() && streams.poll_send(&mut b).is_ready());
     }
 }
