@@ -25,12 +25,12 @@
 //! stream, and refuses every new stream once 10 MB are counted). So a
 //! dropped body is read while it flows, up to the stream's flow-control
 //! window (`sizing::http2`: what the server may send before it hears a
-//! reset anyway), and ends without a reset; a body that stalls before it flowed (no frame
-//! for [`stall_after`] its origin's round trip), a longer one, and an
-//! open-ended stream (see `stream_content_types`) are reset, as long as
-//! the connection can remember the reset: the layer counts the resets of
-//! each origin over the last [`RESET_WINDOW`] and lets its own take at
-//! most [`ROOM_SHARE`] fifths of the connection's reset memory
+//! reset anyway), and ends without a reset; a body that stalls before it
+//! flowed (no frame for [`stall_after`] its origin's round trip), a longer
+//! one, and an open-ended stream (see `stream_content_types`) are reset,
+//! as long as the connection can remember the reset: the layer counts the
+//! resets of each origin over the last [`RESET_WINDOW`] and lets its own
+//! take at most [`ROOM_SHARE`] fifths of the connection's reset memory
 //! ([`Streams::try_reset`]). Past that room the reset waits for room: an
 //! open-ended stream is held unread meanwhile (its server sends at most
 //! its stream window, 2 MiB with hyper's defaults, then waits), any other
@@ -49,10 +49,9 @@
 //! stream of a connection (servers allow 100 or more; RFC 9113 advises no
 //! less), a server that announces no limit (Node's) is not flooded, and a
 //! request waits only while its origin's drops come faster than drains
-//! end. A
-//! client that sends a request as soon as it is called (tonic's `Channel`,
-//! hyper's own connections) has the request at the server while it waits:
-//! each caller can then hold one stream more.
+//! end. A client that sends a request as soon as it is called (tonic's
+//! `Channel`, hyper's own connections) has the request at the server while
+//! it waits: each caller can then hold one stream more.
 //!
 //! **Told the client's reset memory** (`http2_reset_memory`), the layer
 //! resets every dropped body at once instead, reading only what has
@@ -261,16 +260,17 @@ impl Streams {
     pub(crate) fn release(&self) {
         let before = self.held.fetch_sub(1, Ordering::AcqRel);
         let mut waiting = lock(&self.waiting);
-        let woken = if before <= HELD_STREAMS {
+        // Woken outside the lock.
+        if before <= HELD_STREAMS {
             waiting.passes = 0;
-            std::mem::take(&mut waiting.wakers)
-        } else {
-            let Some(oldest) = waiting.wakers.pop_front() else { return };
+            let all = std::mem::take(&mut waiting.wakers);
+            drop(waiting);
+            all.into_iter().for_each(Waker::wake);
+        } else if let Some(oldest) = waiting.wakers.pop_front() {
             waiting.passes += 1;
-            VecDeque::from([oldest])
-        };
-        drop(waiting);
-        woken.into_iter().for_each(Waker::wake);
+            drop(waiting);
+            oldest.wake();
+        }
     }
 
     /// `Ready` when a new request to this origin may be sent: fewer than
