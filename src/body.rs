@@ -7,8 +7,7 @@ use bytes::Buf;
 use http::Response;
 use http_body::{Body, Frame, SizeHint};
 
-use crate::drain::{self, Start};
-use crate::outcome::Reason;
+use crate::drain;
 use crate::policy::{self, Decision};
 use crate::request::RequestInfo;
 use crate::response::{self, DropContext};
@@ -97,19 +96,9 @@ where
     let (decision, decided_with) = policy::decide(ctx.shared(), &at, Instant::now());
     let view = ctx.view(decided_with);
     match decision {
-        Decision::Drain(budget) => drain::start(inner, Start::Budget(budget), ctx, view),
+        Decision::Drain(budget) => drain::start(inner, budget, ctx, view),
         Decision::Skip(reason) => {
-            // An HTTP/2 skip resets the stream: when its connection can
-            // remember the reset, unless it cannot wait (see `http2.rs`).
-            // Switched off, the layer is not there.
-            if ctx.http2() && reason != Reason::Disabled {
-                let now = Instant::now();
-                if !policy::waits_for_room(reason) || at.unwinding {
-                    ctx.streams().note_reset(now);
-                } else if let Err(ask_at) = policy::may_reset(ctx.shared(), ctx.streams(), now) {
-                    return drain::start(inner, Start::WaitForRoom { reason, ask_at }, ctx, view);
-                }
-            }
+            // Dropped now, as hyper alone would: HTTP/2 resets the stream.
             drain::drop_for_a_drain(inner);
             ctx.record(reason, 0, Duration::ZERO, view);
         }

@@ -88,14 +88,12 @@ where
 /// One of hyper's HTTP/2 connections (`client::conn::http2::SendRequest`)
 /// as a tower `Service`, each response with the drain of the layer that
 /// made it ([`DrainOnDropLayer::http2_sender`](crate::DrainOnDropLayer::http2_sender)):
-/// a body dropped early has its stream reset while the connection can
-/// remember the reset, and is otherwise read on or held (see the crate's
-/// [HTTP/2](crate#http2) section). Cheap to clone, like the connection: one
-/// clone per caller.
+/// a body dropped early has its stream reset at once and is counted (see
+/// the crate's [HTTP/2](crate#http2) section). Cheap to clone, like the
+/// connection: one clone per caller.
 ///
-/// A request waits, before it is sent, while drains of its origin hold as
-/// many streams as the layer allows them. Its origin is the URI's
-/// authority, or the layer's [`default_origin`](crate::DrainOnDropLayer::default_origin).
+/// Its origin is the URI's authority, or the layer's
+/// [`default_origin`](crate::DrainOnDropLayer::default_origin).
 #[cfg(feature = "http2")]
 pub struct Http2Sender<B> {
     sender: hyper::client::conn::http2::SendRequest<B>,
@@ -151,14 +149,8 @@ where
     }
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
-        let mut request = RequestInfo::read(&self.shared, &req, &mut self.last);
-        // hyper sends an HTTP/2 request as soon as it is given one: the
-        // wait for the origin's streams comes first.
-        let mut sender = self.sender.clone();
-        Box::pin(async move {
-            std::future::poll_fn(|cx| request.poll_send(cx)).await;
-            let response = sender.send_request(req).await?;
-            Ok(Sending::new(request).wrap_response(response))
-        })
+        let sending = Sending::new(RequestInfo::read(&self.shared, &req, &mut self.last));
+        let response = self.sender.send_request(req);
+        Box::pin(async move { Ok(sending.wrap_response(response.await?)) })
     }
 }

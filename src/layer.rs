@@ -162,9 +162,11 @@ impl DrainOnDropLayer {
     /// Response media types that are open-ended streams: an early drop of
     /// such a body is not drained (it would only burn the time budget on a
     /// stream that does not end) and its connection is closed at once,
-    /// counted as skipped (`stream`). Matched case-insensitively against
-    /// the `Content-Type` without its parameters. Replaces the list; pass an
-    /// empty list to drain streams like any other body.
+    /// counted as skipped (`stream`). On HTTP/2 every dropped body is reset
+    /// at once, unread; one of these types is counted `stream` rather than
+    /// `reset`. Matched case-insensitively against the `Content-Type`
+    /// without its parameters. Replaces the list; pass an empty list to
+    /// drain streams like any other body.
     ///
     /// An entry ending in `*` matches every media type that starts with what
     /// comes before it (`"application/grpc+*"`).
@@ -188,53 +190,6 @@ impl DrainOnDropLayer {
     {
         let types: Vec<String> = types.into_iter().map(|t| t.into().trim().to_ascii_lowercase()).collect();
         self.config(|c| c.stream_types = Arc::from(types))
-    }
-
-    /// HTTP/2: sets how many streams each of the client's HTTP/2
-    /// connections remembers after resetting them (h2's
-    /// `max_concurrent_reset_streams`), on `client` and in the layer at
-    /// once, so that the two cannot disagree.
-    ///
-    /// h2 ignores DATA that still arrives for a stream it remembers; DATA for
-    /// one it forgot counts against the connection, which sends GOAWAY past
-    /// 1,024 (see [HTTP/2](crate#http2)). The layer resets a dropped body's
-    /// stream only while the connection can remember the reset, so the
-    /// reset memory sets how many early drops a second are reset rather than
-    /// read to their end: with h2's default of 50, about 20 a second per
-    /// origin; with 10,000, thousands, as Go's client does. Each remembered
-    /// stream costs the connection a few hundred bytes for a second.
-    ///
-    /// `client` is hyper-util's legacy `Client` builder or hyper's
-    /// `client::conn::http2::Builder` (cargo feature `http2`), or a closure
-    /// that sets the number on any other client (tonic's
-    /// `Endpoint::http2_max_concurrent_reset_streams`). Default is h2's 50,
-    /// which the layer assumes when this is not called.
-    ///
-    /// ```
-    /// use drain_on_drop::DrainOnDropLayer;
-    ///
-    /// // A client built some other way: the closure gets the number to set.
-    /// let mut remembered = 0;
-    /// let layer = DrainOnDropLayer::new().http2_reset_memory(&mut |n| remembered = n, 10_000);
-    /// assert_eq!(remembered, 10_000);
-    /// # drop(layer);
-    /// ```
-    ///
-    /// With hyper-util's client (cargo feature `http2` of this crate):
-    ///
-    /// ```ignore
-    /// let mut builder = Client::builder(TokioExecutor::new());
-    /// builder.http2_only(true);
-    /// let layer = DrainOnDropLayer::new().http2_reset_memory(&mut builder, 10_000);
-    /// let client = builder.build_http::<Empty<Bytes>>();
-    /// let svc = ServiceBuilder::new().layer(layer).service(client);
-    /// ```
-    pub fn http2_reset_memory<C>(self, client: &mut C, streams: usize) -> Self
-    where
-        C: crate::ResetMemory + ?Sized,
-    {
-        client.set_reset_memory(streams);
-        self.config(|c| c.reset_memory = Some(streams))
     }
 
     /// The origin of requests that name none (a URI without an authority,

@@ -1,6 +1,6 @@
 //! Drain response bodies that callers drop early, so hyper-util's pool keeps
-//! the HTTP/1 connection, and an HTTP/2 connection never gives up on the
-//! resets early drops cause.
+//! the HTTP/1 connection; on HTTP/2, reset them at once and send again what
+//! the server refused unprocessed, as Go's client does.
 //!
 //! ```toml
 //! [dependencies]
@@ -57,12 +57,11 @@
 //! start; reading every body: 3.9 s). Go's net/http drains such bodies since 1.27 (256 KiB, 50 ms);
 //! .NET has `MaxResponseDrainSize` and `ResponseDrainTimeout`.
 //!
-//! **HTTP/2 needs it too**, for another reason: hyper's h2 client resets
-//! the stream of a dropped body, forgets reset streams after 50 or 1 s, and
-//! counts the DATA still arriving for a forgotten one against the
-//! connection; past 1,024 it sends GOAWAY `too_many_internal_resets` and
-//! every request in flight on the connection fails (hyperium/h2#856). See
-//! [HTTP/2](#http2).
+//! **On HTTP/2** a dropped body costs only its stream, which hyper's h2
+//! resets at once; the layer counts it and reads nothing, so no request ever
+//! waits for a drop. What HTTP/2 servers refuse when clients reset fast
+//! (Node's reset limit, nginx's `keepalive_requests`), they never processed:
+//! [`RetryRefusedLayer`] sends it again. See [HTTP/2](#http2).
 //!
 //! # When you do not need it
 //!
@@ -172,57 +171,43 @@
 //!
 //! # HTTP/2
 //!
-//! On HTTP/2 a dropped body never costs the connection, only its stream:
-//! hyper's h2 client resets the stream (RST_STREAM CANCEL), and the server
-//! stops sending. What can cost the connection is the reset itself: h2
-//! remembers at most 50 reset streams, each for about a second, and DATA
-//! still arriving for a stream it no longer remembers counts against the
-//! connection, which past 1,024 sends GOAWAY `too_many_internal_resets`:
-//! every request in flight fails (hyperium/h2#856). Servers pay too:
-//! Node's refuses every new stream once the bytes queued on streams reset
-//! under it reach 10 MB. So the layer, for each kind of body dropped
-//! before its end:
+//! On HTTP/2 a dropped body never costs the connection, only its stream,
+//! and a drain would save nothing: the connection is kept either way. So
+//! the layer reads nothing of a dropped HTTP/2 body and holds nothing for
+//! it: the body is dropped at once, hyper's h2 resets its stream
+//! (RST_STREAM CANCEL, unless the whole body had arrived), the server stops
+//! sending, and the drop is counted, `reset` or (an open-ended stream,
+//! [`stream_content_types`]: server-sent events, gRPC) `stream`. No request
+//! waits for a drop, and no stream or flow-control window is held for one,
+//! whatever the body does (flows, trickles, stalls, never ends). This is
+//! what Go 1.27's client does.
 //!
-//! - **A body that flows** is read to its end, up to the stream's
-//!   flow-control window (2 MiB, or `max_bytes` if larger: what the server
-//!   may send before it hears a reset anyway) and within the time budget
-//!   (at least 1 s): no reset (`end_of_body`).
-//! - **A body that stalls** before it flowed (less than 16 KiB came, then
-//!   no frame for twice the origin's round trip plus 5 ms), **a longer one** (`declared_over_budget`, `over_bytes`)
-//!   and **an open-ended stream** ([`stream_content_types`], by default
-//!   server-sent events and gRPC: `stream`) have their stream reset, as
-//!   long as the connection can remember the reset: the layer lets its own
-//!   resets take 40 of h2's 50 in any 2 s per origin, so 40 drops at once,
-//!   then 20 a second.
-//! - **Past that room** the reset waits (for at most 2 s, when the oldest
-//!   reset counted leaves the window; 5 s at the very most): an open-ended
-//!   stream is held unread meanwhile, so its server sends at most the
-//!   stream's window and then waits; any other body is read on, and one
-//!   that ends meanwhile needs no reset (`paced_to_end`). A dropped endless
-//!   stream so reads nothing, and one not listed reads at most its window
-//!   plus what arrives while its reset waits.
-//! - **Streams held**: drains hold at most 2 streams of an origin; a new
-//!   request to it then waits in its response future (before hyper-util's
-//!   client sends it) until one ends, as it would if its caller read the
-//!   body itself. Each caller can add one more drop meanwhile, so at most
-//!   2 plus one per caller. Servers allow 100 streams or more (RFC 9113
-//!   advises no less); a server that announces no limit (Node's) is not
-//!   flooded.
+//! It rests on h2 0.4.21 or later (the `http2` feature requires it), which
+//! remembers 8,192 reset streams per connection for 5 s and forgets the
+//! oldest first, ignoring the DATA still arriving for them: resets at once
+//! lose no request. (h2 0.4.20 and older remembered 50 for 1 s, and DATA for
+//! a forgotten stream counted towards GOAWAY `too_many_internal_resets`,
+//! hyperium/h2#856.)
 //!
-//! **Tell the layer how much the client remembers, to reset at Go's rate.**
-//! [`DrainOnDropLayer::http2_reset_memory`] sets h2's
-//! `max_concurrent_reset_streams` on hyper-util's client builder (or
-//! hyper's, or tonic's `Endpoint`, through a closure) and in the layer in
-//! one call; the layer then resets every dropped body at once, reading only
-//! what has arrived: with 10,000, up to 8,000 in 2 s per origin, as Go
-//! 1.27's client does (Go ignores late DATA altogether). For servers that
-//! take resets well (hyper's, Go's, nginx): Node's refuses any client that
-//! resets more than 1,000 streams in a burst, then 33 a second, Go's
-//! included. Measured side by side in `cargo bench --bench http2` (in the
-//! repository; docs/BENCHMARKS.md section 9).
+//! **What a server refused unprocessed goes again.** Some servers answer
+//! clients that reset fast: Node's nghttp2 takes 1,000 resets in a burst,
+//! then 33 a second, and sends GOAWAY INTERNAL_ERROR; nginx sends a
+//! graceful GOAWAY after `keepalive_requests`; any server shutting down
+//! does. Requests above the GOAWAY's last stream id were never processed,
+//! and neither was one refused with REFUSED_STREAM; hyper-util's `Client`
+//! fails them. [`RetryRefusedLayer`] (feature `http2`), one line above this
+//! layer, sends them again on another connection (at once, then after a
+//! wait doubling from 25 ms, 6 times at most), when their body can be sent
+//! again, and never a request the server may have processed. reqwest does
+//! this itself since 0.12.23: its road needs nothing more.
 //!
-//! The layer cannot see a client's settings: it assumes h2's 50 unless
-//! told. Several layers over one client count their resets separately.
+//! Node 20 punishes resets in a way no retry mends: it never gives back the
+//! session memory it counted for response bytes still queued on a stream
+//! the client resets, and past 10 MB refuses new streams with
+//! ENHANCE_YOUR_CALM (which a client may not take as unprocessed). Every
+//! client that resets dropped streams meets it at high rates, Go's
+//! included; docs/BENCHMARKS.md has the figures.
+//!
 //! Requests whose origin is added below the layer (tonic's `Channel` adds
 //! the authority) are counted under [`DrainOnDropLayer::default_origin`].
 //!
@@ -232,7 +217,7 @@
 //!   that response (`DrainBudget::disabled()` for an export nobody drains).
 //! - Open-ended streams ([`stream_content_types`], default
 //!   `text/event-stream` and gRPC) are closed at once instead of holding a
-//!   drain for the whole time budget.
+//!   drain for the whole time budget (on HTTP/2 every dropped body is).
 //! - [`DrainOnDropLayer::observe`] wraps the client's connector so that every
 //!   response carries a [`ConnectionReuse`] (new or reused connection, setup
 //!   time) and [`DrainStats::reuse`] counts `requests`, `reused` and
@@ -412,7 +397,10 @@
 // - `policy`: the one place that decides (drain or skip, which body's code
 //   runs in the drop, the cap, what an outcome teaches an origin); `headers`
 //   reads what the headers say; `sizing`: what a drain may spend (every
-//   budget rule and number); `runtime`: where a drain runs.
+//   budget rule and number); `runtime`: where a drain runs; `http2`:
+//   HTTP/2's rules (a drop is reset at once; which failures were never
+//   processed, and when they go again), asked by the policy and by `retry`,
+//   the tower layer that sends those again.
 // - `drain`: the one place that drains; `budget`: `DrainBudget` and the
 //   allowance a drain spends; `timer`: deadlines without a runtime timer.
 // - `stats`: the one place that counts; `event`: the DEBUG event;
@@ -439,6 +427,8 @@ mod policy;
 pub mod recipes {}
 mod request;
 mod response;
+#[cfg(feature = "http2")]
+pub mod retry;
 mod roads;
 mod runtime;
 mod sending;
@@ -453,11 +443,12 @@ pub use budget::DrainBudget;
 pub use conn::Http1Sender;
 #[cfg(feature = "http2")]
 pub use conn::Http2Sender;
-pub use http2::ResetMemory;
 pub use layer::DrainOnDropLayer;
 pub use observe::{ConnectionReuse, ObserveConnector};
 pub use origin::{Adaptive, OriginSnapshot};
 pub use outcome::{Outcome, Reason};
+#[cfg(feature = "http2")]
+pub use retry::{RetryRefused, RetryRefusedLayer};
 pub use sending::Sending;
 pub use service::DrainOnDrop;
 pub use stats::{DrainSnapshot, DrainStats, ReuseSnapshot};

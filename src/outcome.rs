@@ -84,26 +84,11 @@ macro_rules! reasons {
 reasons! {
     /// The drain read the body to its end.
     EndOfBody = "end_of_body", Drained;
-    /// HTTP/2: the body was to be reset, but its origin's connection could
-    /// remember no more resets for a while (h2 counts DATA for forgotten
-    /// reset streams against the connection, and past 1,024 fails it), so
-    /// it was read on meanwhile, past the budgets, and ended.
-    PacedToEnd = "paced_to_end", Drained;
 
     /// More than the byte budget would have had to be read.
     OverBytes = "over_bytes", Abandoned;
     /// The time budget ran out.
     OverTime = "over_time", Abandoned;
-    /// HTTP/2, when the layer was told the client's reset memory
-    /// (`http2_reset_memory`): the stream was reset (RST_STREAM CANCEL: the
-    /// server stops sending, the connection is kept) at the drop, after
-    /// reading what had arrived, or once the connection could remember the
-    /// reset, after reading on meanwhile.
-    Reset = "reset", Abandoned;
-    /// HTTP/2: no data came for twice the origin's round trip (plus 5 ms)
-    /// while the drain waited for more: the stream was reset rather than
-    /// held for a server that has nothing more to send now.
-    Stalled = "stalled", Abandoned;
     /// The runtime shut down while the drain ran.
     RuntimeShutdown = "runtime_shutdown", Abandoned;
     /// The drop read what had already arrived of hyper's body, then the rest
@@ -133,6 +118,11 @@ reasons! {
     /// An open-ended stream (a content type listed in
     /// [`stream_content_types`](crate::DrainOnDropLayer::stream_content_types)).
     Stream = "stream", Skipped;
+    /// HTTP/2 (and later): the body was dropped at once, unread, and its
+    /// stream reset (RST_STREAM CANCEL, sent by hyper's h2 unless the whole
+    /// body had already arrived): the server stops sending, the connection
+    /// is kept, and nothing waits for the stream.
+    Reset = "reset", Skipped;
     /// `max_concurrent_drains` drains were already running in the
     /// background when this body had to wait for the server. Nothing was
     /// read (see `cannot_wait`).

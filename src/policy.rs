@@ -13,7 +13,7 @@ use std::time::Instant;
 use http_body::SizeHint;
 
 use crate::budget::DrainBudget;
-use crate::http2::Streams;
+use crate::http2;
 use crate::origin::{Origin, OriginAt};
 use crate::outcome::Reason;
 use crate::shared::Shared;
@@ -34,9 +34,9 @@ pub(crate) struct AtDrop {
     pub(crate) read: u64,
     /// The thread is unwinding from a panic.
     pub(crate) unwinding: bool,
-    /// HTTP/2, read before it is reset (see `sizing::http2`): the layer was
-    /// not told to reset at once (`http2_reset_memory`).
-    pub(crate) http2_reads: bool,
+    /// The response is HTTP/2 (or later): a drop resets a stream, never
+    /// the connection (see `http2.rs`).
+    pub(crate) http2: bool,
 }
 
 /// What to do with a body dropped before its end.
@@ -64,6 +64,9 @@ pub(crate) fn decide(shared: &Shared, at: &AtDrop, now: Instant) -> (Decision, O
     if !enabled {
         return (Decision::Skip(Reason::Disabled), None);
     }
+    if at.http2 {
+        return (Decision::Skip(http2::early_drop(at.head)), None);
+    }
     if let Some(reason) = at.head {
         return (Decision::Skip(reason), None);
     }
@@ -77,8 +80,6 @@ pub(crate) fn decide(shared: &Shared, at: &AtDrop, now: Instant) -> (Decision, O
         }
         (None, Some(origin)) => plain(sizing::following_round_trip(budgets, origin.round_trip())),
     };
-    let sized =
-        if at.http2_reads { sizing::Sized { budget: sizing::http2(sized.budget), ..sized } } else { sized };
     let decision = with_budget(&sized, at);
     if let (Decision::Drain(_), true, Some(origin)) = (&decision, sized.adaptive, &at.origin) {
         origin.origin.with(|est| est.spend(sized.probe, now));
@@ -109,37 +110,6 @@ fn with_budget(sized: &sizing::Sized, at: &AtDrop) -> Decision {
     // The cap is not asked here: a body that ends in the drop takes no
     // place under it (see `admit`).
     Decision::Drain(budget)
-}
-
-/// HTTP/2: whether the stream of a drop skipped for `reason` waits for room
-/// to be reset (see `http2.rs`): only when skipping was the layer's own
-/// choice, which it can defer. A drop the user switched off, one made while
-/// unwinding, and a drain without a slot or a runtime are reset at once,
-/// as hyper alone would.
-pub(crate) fn waits_for_room(reason: Reason) -> bool {
-    matches!(reason, Reason::DeclaredOverBudget | Reason::Stream | Reason::ReconnectCheaper | Reason::Reset)
-}
-
-/// HTTP/2: whether a body whose reset waits for room is read on meanwhile
-/// (it may end, and then needs no reset), or held unread: an open-ended
-/// stream does not end, and unread its server sends at most the stream's
-/// window.
-pub(crate) fn reads_while_waiting(reason: Reason) -> bool {
-    reason != Reason::Stream
-}
-
-/// HTTP/2: whether a drain that ended with `reason` leaves its stream to be
-/// reset as its body is dropped: every ending but the body's own end and a
-/// body that broke (reset by the server, or failed).
-pub(crate) fn resets_the_stream(reason: Reason) -> bool {
-    !matches!(reason, Reason::EndOfBody | Reason::PacedToEnd | Reason::BodyError | Reason::BodyPanic)
-}
-
-/// HTTP/2: whether a stream of these `streams` (its origin's) may be reset
-/// `now`, its connection able to remember the reset (then counted), or
-/// when to ask again (see `http2.rs`).
-pub(crate) fn may_reset(shared: &Shared, streams: &Streams, now: Instant) -> Result<(), Instant> {
-    streams.try_reset(shared.config.reset_memory.unwrap_or(crate::http2::H2_RESET_MEMORY), now)
 }
 
 /// Whether the drop may run code of a body of type `B`: only of hyper's
@@ -238,7 +208,7 @@ mod tests {
             remaining: SizeHint::with_exact(remaining),
             read: 0,
             unwinding: false,
-            http2_reads: false,
+            http2: false,
         }
     }
 

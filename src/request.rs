@@ -3,7 +3,6 @@
 //! enabled).
 
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Instant;
 
 use http::{Extensions, HeaderMap, Request, Uri};
@@ -27,8 +26,6 @@ pub(crate) struct RequestInfo {
     /// When the request was called: the time to its response head is a
     /// sample of the origin's round trip.
     pub(crate) sent_at: Option<Instant>,
-    /// It waited for its origin's streams (see [`poll_send`](Self::poll_send)).
-    waited: bool,
 }
 
 /// The origin a service's last request went to: the next request to the
@@ -65,7 +62,6 @@ impl RequestInfo {
             trace,
             origin,
             sent_at: Some(Instant::now()),
-            waited: false,
         }
     }
 
@@ -80,26 +76,7 @@ impl RequestInfo {
             trace: event::debug_enabled().then(|| Trace::capture(String::new())),
             origin: None,
             sent_at: None,
-            waited: false,
         }
-    }
-}
-
-impl RequestInfo {
-    /// `Ready` when the request may be sent: while drains of its origin
-    /// hold as many HTTP/2 streams as the layer lets them (`http2.rs`), it
-    /// waits for one to end, and its round trip is then timed from the end
-    /// of that wait.
-    pub(crate) fn poll_send(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        let streams = self.shared.streams(self.origin.as_deref());
-        if streams.poll_send(cx).is_pending() {
-            self.waited = true;
-            return Poll::Pending;
-        }
-        if self.waited {
-            self.sent_at = Some(Instant::now());
-        }
-        Poll::Ready(())
     }
 }
 

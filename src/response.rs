@@ -109,13 +109,8 @@ impl DropContext {
             remaining,
             read: self.caller_read,
             unwinding: std::thread::panicking(),
-            http2_reads: self.http2 && self.shared.config.reset_memory.is_none(),
+            http2: self.http2,
         }
-    }
-
-    /// The response is HTTP/2 (or later).
-    pub(crate) fn http2(&self) -> bool {
-        self.http2
     }
 
     /// The state of the layer the response came through.
@@ -126,11 +121,6 @@ impl DropContext {
     /// The response's origin.
     pub(crate) fn origin(&self) -> Option<&OriginAt> {
         self.origin.as_ref()
-    }
-
-    /// The HTTP/2 streams of the response's origin (see `http2.rs`).
-    pub(crate) fn streams(&self) -> &crate::http2::Streams {
-        self.shared.streams(self.origin.as_ref().map(|o| &*o.origin))
     }
 
     /// The response came on a reused connection (as an observer says).

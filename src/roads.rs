@@ -100,9 +100,8 @@ impl DrainOnDropLayer {
     /// use hyper_util::rt::{TokioExecutor, TokioIo};
     /// use tower::{Service, ServiceExt};
     ///
-    /// let mut builder = hyper::client::conn::http2::Builder::new(TokioExecutor::new());
-    /// // The connection remembers 10,000 reset streams, and the layer knows it.
-    /// let layer = DrainOnDropLayer::new().http2_reset_memory(&mut builder, 10_000);
+    /// let builder = hyper::client::conn::http2::Builder::new(TokioExecutor::new());
+    /// let layer = DrainOnDropLayer::new();
     /// let io = TokioIo::new(tokio::net::TcpStream::connect("127.0.0.1:8080").await?);
     /// let (sender, conn) = builder.handshake::<_, Empty<Bytes>>(io).await?;
     /// tokio::spawn(conn);

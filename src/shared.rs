@@ -6,8 +6,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::http2::Streams;
-use crate::origin::{Origin, Origins};
+use crate::origin::Origins;
 use crate::sizing;
 use crate::stats::DrainStats;
 
@@ -28,10 +27,6 @@ pub(crate) struct Config {
     pub(crate) max_concurrent_drains: usize,
     /// Media types (lowercase, no parameters) of open-ended streams.
     pub(crate) stream_types: Arc<[String]>,
-    /// How many reset streams each HTTP/2 connection of the client
-    /// remembers, when the user told the layer (`http2_reset_memory`): the
-    /// layer then resets every HTTP/2 drop at once while it has room.
-    pub(crate) reset_memory: Option<usize>,
     /// The origin of requests that name none (`default_origin`).
     pub(crate) default_origin: Option<http::Uri>,
 }
@@ -43,7 +38,6 @@ impl Default for Config {
             budgets: sizing::Settings::default(),
             max_concurrent_drains: 1024,
             stream_types: Arc::from(DEFAULT_STREAM_TYPES.iter().map(|t| t.to_string()).collect::<Vec<_>>()),
-            reset_memory: None,
             default_origin: None,
         }
     }
@@ -62,8 +56,6 @@ pub(crate) struct Shared {
     pub(crate) warned_unobserved: AtomicBool,
     /// The warning that a request named no origin was emitted.
     pub(crate) warned_unknown_origin: AtomicBool,
-    /// HTTP/2 streams of responses with no known origin (see `http2.rs`).
-    pub(crate) streams_without_origin: Streams,
 }
 
 impl Clone for Shared {
@@ -76,17 +68,11 @@ impl Clone for Shared {
             origins: self.origins.clone(),
             warned_unobserved: AtomicBool::new(false),
             warned_unknown_origin: AtomicBool::new(false),
-            streams_without_origin: Streams::default(),
         }
     }
 }
 
 impl Shared {
-    /// The HTTP/2 streams of `origin`, or of the responses with none.
-    pub(crate) fn streams<'a>(&'a self, origin: Option<&'a Origin>) -> &'a Streams {
-        origin.map_or(&self.streams_without_origin, |o| &o.streams)
-    }
-
     /// In adaptive mode, a response came on a connection no observer
     /// opened: says so once per layer, at WARN, since adaptive mode then
     /// silently falls back to the default budget.

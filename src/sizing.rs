@@ -202,26 +202,6 @@ pub(crate) fn for_origin(
     Sized { budget, adaptive: true, probe }
 }
 
-/// The bytes an HTTP/2 drain may read before its stream is reset: at least
-/// the stream's flow-control window (hyper's default), what the server may
-/// send before it hears a reset anyway. Reading that much spares the
-/// server the reset (Node 20's server never gives back the memory it
-/// counted for the bytes queued on a reset stream, and refuses every new
-/// stream once 10 MB are counted), and costs the link little more: most
-/// of it is on its way. The time budget is at least [`HTTP2_MIN_TIME`]: a
-/// body that flows (one that stalls is reset sooner, `http2::stall_after`)
-/// delivers a window in that time on any link of 16 Mbit/s or more, and a
-/// reset it would cut short drops what the server has queued.
-pub(crate) fn http2(budget: DrainBudget) -> DrainBudget {
-    DrainBudget::new(budget.max_bytes.max(HTTP2_STREAM_WINDOW), budget.max_time.max(HTTP2_MIN_TIME))
-}
-
-/// The least time budget of an HTTP/2 drain.
-pub(crate) const HTTP2_MIN_TIME: Duration = Duration::from_secs(1);
-
-/// hyper's default HTTP/2 stream window (`DEFAULT_STREAM_WINDOW`).
-pub(crate) const HTTP2_STREAM_WINDOW: u64 = 2 * 1024 * 1024;
-
 /// Whether an origin's budget, as [`for_origin`] gives it, depends on the
 /// origin (for snapshots): not when the fixed budgets apply.
 pub(crate) fn depends_on_origin(config: &Settings, sized: &Sized) -> bool {

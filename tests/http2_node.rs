@@ -1,35 +1,34 @@
 //! HTTP/2 against Node's own server (`tests/node/h2server.js`, h2c, Node
-//! 20): an early drop never fails a request, and never holds a stream that
-//! has nothing more to come.
+//! 20), through the README's HTTP/2 stack (`RetryRefusedLayer` above
+//! `DrainOnDropLayer` over hyper-util's client): a dropped stream is reset
+//! at once and never held, whatever its body does, and what Node refuses
+//! before processing it is sent again.
 //!
 //! What Node does that matters here (measured with this harness):
-//! - Its defaults announce no `SETTINGS_MAX_CONCURRENT_STREAMS`: nothing
-//!   stops a client from opening streams. A session counts its streams and
-//!   the data queued to send against 10 MB (`maxSessionMemory`); past it, it
-//!   refuses new streams (RST_STREAM ENHANCE_YOUR_CALM, which the caller
-//!   gets as its error) and, with many streams open, may fail the whole
-//!   session ("The user callback function failed": GOAWAY INTERNAL_ERROR,
-//!   every stream on it reset). A client that keeps dropped streams open
-//!   (draining them) piles them up there.
 //! - Its nghttp2 (1.57 and later) takes at most 1,000 RST_STREAM frames per
-//!   connection in a burst, then 33 a second, whatever the streams' state
-//!   (h2's STREAM_CLOSED answers to DATA for forgotten streams count too);
-//!   past that it sends GOAWAY INTERNAL_ERROR and the requests above its
-//!   last stream id fail. That is how hyper-util alone loses requests
-//!   against Node (before h2's own too_many_internal_resets).
-//! - Node 20 never gives back the session memory counted for response
-//!   bytes still queued on a stream (written by the app, not yet sent for
-//!   lack of flow-control window) when the client resets that stream
-//!   (`Http2Stream::Destroy` drops the queue without uncounting it). The
-//!   account only grows: after 10 MB of such bytes the connection refuses
-//!   every new stream for good. An app that answers with one 1 MiB Buffer
-//!   poisons a connection in about 10 resets; one writing 16 KiB at a time
-//!   waiting for 'drain' (as `/len`), in about 600 made while the window is
-//!   closed. (Bodies queued at once count too, while they wait: 16 bodies
-//!   of 1 MiB written at once exceed 10 MB, and Node refuses streams even
-//!   to a client that reads every body.)
-//! - A server announcing a small limit shows the other cost of a held
-//!   stream: the next request waits for it.
+//!   connection in a burst, then 33 a second; past that it sends GOAWAY
+//!   INTERNAL_ERROR and fails the requests above its last stream id. Every
+//!   client that resets dropped streams at once meets it (Go's included):
+//!   those requests were never processed, and the retry sends them again on
+//!   a new connection (`node_s_reset_limit_costs_no_request`).
+//! - Node 20 never gives back the session memory it counted for response
+//!   bytes still queued on a stream (written by the app, not yet sent) when
+//!   the client resets that stream. After 10 MB of such bytes the session
+//!   refuses new streams (RST_STREAM ENHANCE_YOUR_CALM), and after some 100
+//!   refusals fails ("The user callback function failed": GOAWAY
+//!   INTERNAL_ERROR, the streams at or below its last stream id cut off).
+//!   Neither is a refusal a client may take as unprocessed (RFC 9113, 8.7),
+//!   so neither is retried: at loopback speed, 16 callers dropping 1 MiB
+//!   bodies lose about 10% of their requests so, with the layer, with
+//!   hyper-util alone, and with Go 1.27's client alike (Go: 222 and 204 of
+//!   2,000 on this server, h2c). The bulk tests here assert that Node's
+//!   refusals are the only losses. An app answering with a whole Buffer
+//!   (512 KiB in one `end()`) poisons a session within about 20 resets, for
+//!   good; Go's client escapes it only because its 1 GiB connection window
+//!   lets Node send every such body before the drop (so no reset is sent).
+//! - Its defaults announce no `SETTINGS_MAX_CONCURRENT_STREAMS`. A server
+//!   announcing a small limit shows the cost of a held stream: the next
+//!   request waits for it.
 //!
 //! The counters come from the server (open streams, resets by code,
 //! refusals, broken sessions), printed by every test; `NODE_H2_TAP=1` adds
@@ -48,7 +47,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use drain_on_drop::{DrainOnDropLayer, DrainSnapshot};
+use drain_on_drop::{DrainOnDropLayer, DrainSnapshot, Reason, RetryRefusedLayer};
 use http::StatusCode;
 use http_body_util::Empty;
 use hyper_util::client::legacy::Client;
@@ -131,16 +130,35 @@ fn summary(server: &NodeStats) -> String {
     ) + &if server.tap.is_empty() { String::new() } else { format!("\n  tap: {}", server.tap) }
 }
 
-/// `REQUESTS` requests for `path` from `CALLERS` callers through
-/// `DrainOnDropLayer::new()`, each response dropped right after its head:
-/// none fails, every early drop is counted once, and every stream is closed
-/// at the server once the drains are over.
-async fn bulk_drops_fail_nothing(what: &str, node: &NodeH2, path: &str, requests: usize) -> NodeStats {
-    bulk_drops_fail_nothing_by(what, node, path, requests, CALLERS).await
+/// The README's HTTP/2 stack over hyper-util's HTTP/2-only client: the
+/// retry above the drain.
+fn readme_stack(
+    layer: &DrainOnDropLayer,
+) -> impl Service<
+    http::Request<Empty<Bytes>>,
+    Response = http::Response<drain_on_drop::DrainBody<hyper::body::Incoming>>,
+    Error = hyper_util::client::legacy::Error,
+    Future: Send,
+> + Clone
++ Send
++ 'static {
+    ServiceBuilder::new().layer(RetryRefusedLayer::new()).layer(layer.clone()).service(h2_client())
 }
 
-/// [`bulk_drops_fail_nothing`] with `callers` callers.
-async fn bulk_drops_fail_nothing_by(
+/// Whether a failure (its `Debug`, as `h2_traffic` keeps it) is one of
+/// Node's own: a new stream refused with ENHANCE_YOUR_CALM (its session
+/// memory account is full), or one cut off when Node failed the session
+/// that refused too many.
+fn nodes_refusal(kind: &str) -> bool {
+    kind.contains("ENHANCE_YOUR_CALM") || kind.contains("broken pipe")
+}
+
+/// `requests` requests for `path` from `callers` callers through the
+/// README's stack, each response dropped right after its head: no request
+/// is lost but to Node's own refusals (none above a GOAWAY, none to
+/// `too_many_internal_resets`), every early drop is reset and counted once
+/// with nothing read, and no stream stays open at the server.
+async fn bulk_drops_lose_only_to_nodes_refusals(
     what: &str,
     node: &NodeH2,
     path: &str,
@@ -148,137 +166,117 @@ async fn bulk_drops_fail_nothing_by(
     callers: usize,
 ) -> NodeStats {
     let layer = DrainOnDropLayer::new();
-    let svc = ServiceBuilder::new().layer(layer.clone()).service(h2_client());
     let start = Instant::now();
-    let (run, kinds, slowest) = traffic(svc, node.uri(path), callers, requests).await;
+    let (run, kinds, slowest) = traffic(readme_stack(&layer), node.uri(path), callers, requests).await;
     let took = start.elapsed();
-    let idle = layer.stats().wait_idle(SECONDS + SLACK).await;
-    let s = layer.stats().snapshot();
+    let s = settle(&layer.stats(), SLACK).await;
     let (closed, server) = node.wait_stats(HOLD_BOUND, |s| s.streams_open == 0).await;
     println!(
-        "{what}, layer: {} sent, {} failed in {took:.1?} (slowest head {slowest:.1?}): {kinds:?}\n  \
-         layer: {} drained, {} abandoned, {} skipped, {} failed, {} MiB drained; {:?}\n  {}",
+        "{what}, README's stack: {} sent, {} failed in {took:.1?} (slowest head {slowest:.1?}): {kinds:?}\n  \
+         layer: {:?}\n  {}",
         run.sent,
         run.failed,
-        s.drained,
-        s.abandoned,
-        s.skipped,
-        s.failed,
-        s.bytes_drained / MIB as u64,
         s.iter().filter(|(_, n)| *n > 0).collect::<Vec<_>>(),
         summary(&server),
     );
-    assert_eq!(
-        (run.sent, run.failed),
-        (requests, 0),
-        "{what}: every request should succeed, none lost to a refused stream, a broken session or \
-         too_many_internal_resets; failures {kinds:?}; {}",
-        summary(&server)
-    );
-    assert!(idle, "{what}: every drain should end within the 30 s budget and a slack: {s:?}");
-    assert_eq!(counted(&s), requests as u64, "{what}: each early drop counted once: {s:?}");
+    assert_eq!(run.sent, requests);
+    let others: Vec<_> = kinds.keys().filter(|k| !nodes_refusal(k)).collect();
     assert!(
-        closed,
-        "{what}: every stream should be closed at the server within {HOLD_BOUND:?} of the drains' end, \
-         {} still open; {}",
-        server.streams_open,
+        others.is_empty(),
+        "{what}: no request lost but to Node's own refusals (a GOAWAY's is sent again): {others:?}; {}",
         summary(&server)
     );
-    assert_eq!(
-        (server.refused, server.sessions_broken, server.session_errors),
-        (0, 0, 0),
-        "{what}: Node should refuse no stream and no session should break; {}",
-        summary(&server)
-    );
-    assert_eq!(
-        server.streams_opened,
-        requests as u64,
-        "{what}: the server saw every request; {}",
-        summary(&server)
-    );
+    if run.failed > 0 {
+        assert!(
+            server.refused + server.sessions_broken > 0,
+            "{what}: Node says it refused streams or failed sessions; {}",
+            summary(&server)
+        );
+    }
+    assert_eq!(s.count(Reason::Reset), (requests - run.failed) as u64, "{what}: each drop reset once: {s:?}");
+    assert_eq!((s.bytes_drained, s.in_flight), (0, 0), "{what}: nothing read, nothing held: {s:?}");
+    assert!(closed, "{what}: no stream left open at the server; {}", summary(&server));
     server
 }
 
 /// (a) Node's defaults (no stream limit announced, 10 MB per session), 1 MiB
-/// bodies with content-length, 16 callers: 0.5.0 drained past its reset
-/// pace, piled up ~700 open streams and lost hundreds of requests to
-/// Node's refusals.
+/// bodies with content-length, 16 callers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn node_defaults_1_mib_bodies_dropped_after_the_head_fail_no_request() {
+async fn node_defaults_1_mib_bodies_dropped_lose_only_to_nodes_refusals() {
     let node = NodeH2::start(&[]);
-    bulk_drops_fail_nothing("Node defaults, /len/1 MiB, 16 callers", &node, "/len/1048576", REQUESTS).await;
-}
-
-/// (b) The same against a Node server announcing 100 concurrent streams
-/// (Node's documentation's suggestion), which bounds what a client may
-/// hold: still no failed request.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn node_with_100_streams_1_mib_bodies_dropped_after_the_head_fail_no_request() {
-    let node = NodeH2::start(&["--max-streams", "100"]);
-    bulk_drops_fail_nothing("Node max 100 streams, /len/1 MiB, 16 callers", &node, "/len/1048576", REQUESTS)
-        .await;
-}
-
-/// (c) Bodies without content-length (2 MiB, 16 callers): an HTTP/2 body
-/// ends with END_STREAM whatever its headers, so a missing length is no
-/// reason to fail a request. (0.5.0 lost about 250 of 2,000 here, to
-/// Node's refusals, as in (a); against other servers, some to the client's
-/// own GOAWAY too_many_internal_resets.) 2,000 requests: under 15 s in a
-/// debug build even if every body were read to its end (4 GB).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn node_defaults_2_mib_bodies_without_length_dropped_after_the_head_fail_no_request() {
-    let node = NodeH2::start(&[]);
-    bulk_drops_fail_nothing("Node defaults, /nolen/2 MiB, 16 callers", &node, "/nolen/2097152", REQUESTS)
-        .await;
-}
-
-/// (e) (c) against a server announcing 100 streams: with the streams
-/// bounded, what is left is the resets and the DATA still coming for reset
-/// streams (hyper's client gives up past 1,024 late frames, Node's nghttp2
-/// past 1,000 resets received in a burst, then 33 a second).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn node_with_100_streams_2_mib_bodies_without_length_dropped_after_the_head_fail_no_request() {
-    let node = NodeH2::start(&["--max-streams", "100"]);
-    bulk_drops_fail_nothing(
-        "Node max 100 streams, /nolen/2 MiB, 16 callers",
+    bulk_drops_lose_only_to_nodes_refusals(
+        "Node defaults, /len/1 MiB, 16",
         &node,
-        "/nolen/2097152",
+        "/len/1048576",
         REQUESTS,
+        CALLERS,
     )
     .await;
 }
 
-/// (e) 512 KiB bodies written in one `end()` call, as a Node app answering
-/// with a Buffer does: Node queues the whole body on the stream, and a
-/// reset before it is all sent leaks what is still queued in the session's
-/// memory account for good (10 MB in all and the connection refuses every
-/// new stream). Read to the end, this traffic fails nothing (16 bodies
-/// queued at once stay under 10 MB; with 1 MiB bodies they do not, and
-/// Node refuses streams whatever the client does); hyper-util alone poisons
-/// the connection within about 30 resets and loses most requests.
+/// (a) with 64 callers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn node_defaults_512_kib_bodies_written_at_once_dropped_after_the_head_fail_no_request() {
+async fn node_defaults_1_mib_bodies_dropped_by_64_callers_lose_only_to_nodes_refusals() {
     let node = NodeH2::start(&[]);
-    bulk_drops_fail_nothing("Node defaults, /whole/512 KiB, 16 callers", &node, "/whole/524288", REQUESTS)
-        .await;
+    bulk_drops_lose_only_to_nodes_refusals(
+        "Node defaults, /len/1 MiB, 64",
+        &node,
+        "/len/1048576",
+        REQUESTS,
+        64,
+    )
+    .await;
 }
 
-/// (e) (a) with 64 callers.
+/// (b) A server announcing 100 concurrent streams, and bodies without
+/// content-length (2 MiB): an HTTP/2 body ends with END_STREAM whatever its
+/// headers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn node_defaults_1_mib_bodies_dropped_after_the_head_by_64_callers_fail_no_request() {
+async fn node_with_100_streams_2_mib_bodies_without_length_dropped_lose_only_to_nodes_refusals() {
+    let node = NodeH2::start(&["--max-streams", "100"]);
+    let what = "Node max 100 streams, /nolen/2 MiB, 16";
+    bulk_drops_lose_only_to_nodes_refusals(what, &node, "/nolen/2097152", REQUESTS, CALLERS).await;
+}
+
+/// (c) Node's reset limit: 4,000 endless event streams dropped by 16
+/// callers (past 1,000 resets in a burst, then 33 a second, Node fails the
+/// connection with GOAWAY INTERNAL_ERROR): every request above the GOAWAY's
+/// last stream id is sent again on a new connection, and none fails. (Each
+/// event is a few bytes: Node's memory account does not fill.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_s_reset_limit_costs_no_request() {
+    const N: usize = 4_000;
     let node = NodeH2::start(&[]);
-    bulk_drops_fail_nothing_by("Node defaults, /len/1 MiB, 64 callers", &node, "/len/1048576", REQUESTS, 64)
-        .await;
+    let layer = DrainOnDropLayer::new();
+    let start = Instant::now();
+    let (run, kinds, slowest) = traffic(readme_stack(&layer), node.uri("/sse"), CALLERS, N).await;
+    let took = start.elapsed();
+    let (_, server) = node.wait_stats(HOLD_BOUND, |s| s.streams_open == 0).await;
+    println!(
+        "/sse x {N}, 16 callers, README's stack: {} sent, {} failed in {took:.1?} (slowest head {slowest:.1?}): \
+         {kinds:?}\n  {}",
+        run.sent,
+        run.failed,
+        summary(&server)
+    );
+    assert!(
+        server.sessions >= 2,
+        "Node's reset limit should have ended the first connection (else this test tried nothing); {}",
+        summary(&server)
+    );
+    assert_eq!((run.sent, run.failed), (N, 0), "none lost to Node's GOAWAY: {kinds:?}; {}", summary(&server));
+    let s = settle(&layer.stats(), SLACK).await;
+    assert_eq!(s.count(Reason::Stream), N as u64, "each drop reset once: {s:?}");
 }
 
 /// (d) A server allowing 8 streams; one caller drops 33 responses whose
 /// bodies have nothing more to come soon (an endless stream, or nothing at
-/// all) right after their heads, then sends one ordinary request. The layer
-/// may drain for 30 s (`max_time`): a drain that held its stream would make
-/// a later request wait that long, so every head has to arrive within
-/// [`HOLD_BOUND`], and the server has to see the 33 streams reset. (33: more
-/// than 0.5.0's 25 resets a second, plus the 8 streams; the client sets
-/// TCP_NODELAY so that they fit in a second.)
+/// all) right after their heads, then sends one ordinary request. The
+/// layer's budgets are 30 s and 64 MiB: a drain that held its stream would
+/// make a later request wait that long, so every head has to arrive within
+/// [`HOLD_BOUND`], and the server has to see the 33 streams reset. (33:
+/// four times the 8 streams; the client sets TCP_NODELAY, so that no reset
+/// waits for a delayed ACK.)
 async fn dropped_streams_are_released(path: &str) {
     dropped_streams_are_released_after(path, 33).await;
 }
@@ -286,7 +284,7 @@ async fn dropped_streams_are_released(path: &str) {
 /// [`dropped_streams_are_released`] after `drops` drops.
 async fn dropped_streams_are_released_after(path: &str, drops: usize) {
     let node = NodeH2::start(&["--max-streams", "8"]);
-    let layer = DrainOnDropLayer::new().max_time(SECONDS);
+    let layer = DrainOnDropLayer::new().max_time(SECONDS).max_bytes(64 * MIB as u64);
     let mut svc = ServiceBuilder::new().layer(layer.clone()).service(h2_client_nodelay());
     let mut slowest = Duration::ZERO;
     for i in 1..=drops + 1 {
@@ -370,9 +368,8 @@ async fn dropped_stalled_streams_with_a_declared_length_never_hold_the_servers_8
     dropped_streams_are_released("/stall?cl=1048576").await;
 }
 
-/// (e) (d) with 100 SSE drops, more than the 50 resets a second h2
-/// remembers: a layer that has to wait for its resets may make the caller
-/// wait (about a second), but holds no stream for long.
+/// (e) (d) with 100 SSE drops, more than any pace of resets the layer ever
+/// kept (h2 0.4.20 remembered 50 a second): none is held.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropped_sse_streams_past_h2s_reset_memory_never_hold_the_servers_8_streams() {
     dropped_streams_are_released_after("/sse", 100).await;
@@ -380,19 +377,16 @@ async fn dropped_sse_streams_past_h2s_reset_memory_never_hold_the_servers_8_stre
 
 /// (e) Endless streams dropped at the rate of 16 callers against Node's
 /// defaults (no stream limit): every one is reset, none left open to pile up
-/// at the server (0.5.0 reset 25 a second and drained the rest for 30 s),
-/// and no request fails.
+/// at the server, and no request fails.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropped_sse_streams_never_pile_up_at_a_server_without_a_stream_limit() {
-    // Past the first second's resets, a layer that holds the rest leaves
-    // them open (0.5.0: 175 of 200); one that releases them leaves none.
-    // Each dropped endless stream costs one reset whatever the client does
-    // (or a connection): 200 stay well under the 1,000 Node takes on one
-    // connection in a burst, and a layer that resets at 20 a second
-    // finishes in 10 s.
+    // A layer that held them would leave them open (one that paced its
+    // resets at 25 a second: 175 of 200). 200 stay well under the 1,000
+    // resets Node takes on one connection in a burst: the layer alone, no
+    // retry, fails nothing.
     const N: usize = 200;
     let node = NodeH2::start(&[]);
-    let layer = DrainOnDropLayer::new();
+    let layer = DrainOnDropLayer::new().max_time(SECONDS).max_bytes(64 * MIB as u64);
     let svc = ServiceBuilder::new().layer(layer.clone()).service(h2_client());
     let start = Instant::now();
     let (run, kinds, slowest) = traffic(svc, node.uri("/sse"), CALLERS, N).await;
@@ -428,9 +422,10 @@ async fn dropped_sse_streams_never_pile_up_at_a_server_without_a_stream_limit() 
     assert_eq!(counted(&s), N as u64, "each early drop counted once: {s:?}");
 }
 
-/// Control, not run by default: hyper-util alone, the traffic of (a), (c)
-/// or the written-at-once (e);
-/// prints its failures (Node's GOAWAY INTERNAL_ERROR past its reset limit).
+/// Control, not run by default: hyper-util alone, the traffic of (a), (b)
+/// or bodies written at once; prints its failures (Node's GOAWAY
+/// INTERNAL_ERROR past its reset limit, its refusals once its memory
+/// account is full).
 async fn control_alone(path: &str) {
     let node = NodeH2::start(&[]);
     let start = Instant::now();
@@ -447,8 +442,8 @@ async fn control_alone(path: &str) {
 }
 
 /// Control, not run by default: every body read to its end, the traffic of
-/// (a), (c) or the written-at-once (e): Node serves it without failing (the failures of the other
-/// runs come from the drops).
+/// (a), (b) or bodies written at once: Node serves it without failing (the
+/// failures of the other runs come from the resets).
 async fn control_read_to_end(path: &str) {
     let node = NodeH2::start(&[]);
     let body_errors = Arc::new(AtomicUsize::new(0));
@@ -490,7 +485,7 @@ async fn control_a_hyper_util_alone_node_defaults_1_mib() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "control: hyper-util alone, prints its failures"]
-async fn control_c_hyper_util_alone_node_defaults_2_mib_without_length() {
+async fn control_b_hyper_util_alone_node_defaults_2_mib_without_length() {
     control_alone("/nolen/2097152").await;
 }
 
@@ -502,18 +497,24 @@ async fn control_a_read_to_end_node_defaults_1_mib() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "control: every body read to its end"]
-async fn control_c_read_to_end_node_defaults_2_mib_without_length() {
+async fn control_b_read_to_end_node_defaults_2_mib_without_length() {
     control_read_to_end("/nolen/2097152").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "control: hyper-util alone, prints its failures"]
-async fn control_e_hyper_util_alone_node_defaults_512_kib_written_at_once() {
+async fn control_hyper_util_alone_node_defaults_512_kib_written_at_once() {
     control_alone("/whole/524288").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "control: every body read to its end"]
-async fn control_e_read_to_end_node_defaults_512_kib_written_at_once() {
+async fn control_read_to_end_node_defaults_512_kib_written_at_once() {
     control_read_to_end("/whole/524288").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "control: hyper-util alone, prints its failures"]
+async fn control_c_hyper_util_alone_node_reset_limit() {
+    control_alone("/sse").await;
 }

@@ -71,7 +71,8 @@ pub struct FrameCounts {
 
 /// A TCP proxy on `127.0.0.1:0` forwarding both ways unchanged, parsing
 /// both sides' HTTP/2 frames (the client's after its 24-byte preface) to
-/// count them (see [`Frames`]). Stops, closing its connections, when
+/// count them (see [`Frames`]); over TLS ([`FrameCounter::opaque`]) it
+/// counts the connections only. Stops, closing its connections, when
 /// dropped.
 pub struct FrameCounter {
     addr: SocketAddr,
@@ -81,6 +82,15 @@ pub struct FrameCounter {
 
 impl FrameCounter {
     pub fn start(rt: &Handle, upstream: SocketAddr) -> FrameCounter {
+        FrameCounter::relaying(rt, upstream, true)
+    }
+
+    /// A counter of connections only, for traffic it cannot read (TLS).
+    pub fn opaque(rt: &Handle, upstream: SocketAddr) -> FrameCounter {
+        FrameCounter::relaying(rt, upstream, false)
+    }
+
+    fn relaying(rt: &Handle, upstream: SocketAddr, parse: bool) -> FrameCounter {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
         listener.set_nonblocking(true).expect("nonblocking");
         let addr = listener.local_addr().expect("address");
@@ -91,7 +101,7 @@ impl FrameCounter {
             let mut conns = tokio::task::JoinSet::new();
             while let Ok((client, _)) = listener.accept().await {
                 counts.connections.fetch_add(1, Ordering::SeqCst);
-                conns.spawn(relay(client, upstream, counts.clone()));
+                conns.spawn(relay(client, upstream, counts.clone(), parse));
                 while conns.try_join_next().is_some() {}
             }
         });
@@ -113,14 +123,14 @@ impl Drop for FrameCounter {
     }
 }
 
-async fn relay(client: TcpStream, upstream: SocketAddr, counts: Arc<Frames>) {
+async fn relay(client: TcpStream, upstream: SocketAddr, counts: Arc<Frames>, parse: bool) {
     let Ok(server) = TcpStream::connect(upstream).await else { return };
     let _ = (client.set_nodelay(true), server.set_nodelay(true));
     let (cr, cw) = client.into_split();
     let (sr, sw) = server.into_split();
     let closing = Arc::new(AtomicBool::new(false));
-    let up = copy(cr, sw, Parser::new(Side::Client, closing.clone()), counts.clone());
-    let down = copy(sr, cw, Parser::new(Side::Server, closing), counts);
+    let up = copy(cr, sw, Parser::new(Side::Client, closing.clone(), parse), counts.clone());
+    let down = copy(sr, cw, Parser::new(Side::Server, closing, parse), counts);
     tokio::join!(up, down);
 }
 
@@ -165,10 +175,12 @@ struct Parser {
     kept: Vec<u8>,
     keep: usize,
     kind: u8,
+    /// Frames are parsed (not over TLS).
+    parse: bool,
 }
 
 impl Parser {
-    fn new(side: Side, closing: Arc<AtomicBool>) -> Parser {
+    fn new(side: Side, closing: Arc<AtomicBool>, parse: bool) -> Parser {
         let preface_left = if side == Side::Client { 24 } else { 0 };
         Parser {
             side,
@@ -179,10 +191,14 @@ impl Parser {
             kept: Vec::new(),
             keep: 0,
             kind: 0,
+            parse,
         }
     }
 
     fn feed(&mut self, mut bytes: &[u8], counts: &Frames) {
+        if !self.parse {
+            return;
+        }
         let skip = self.preface_left.min(bytes.len());
         self.preface_left -= skip;
         bytes = &bytes[skip..];

@@ -1,5 +1,6 @@
-//! HTTP/2 pieces of the benches: an h2c server answering with N bytes in
-//! 16 KiB DATA frames, hyper-util's HTTP/2-only client, the traffic of C
+//! HTTP/2 pieces of the benches: a server answering with N bytes in 16 KiB
+//! DATA frames (h2c, or TLS with ALPN h2), hyper-util's HTTP/2-only client
+//! (h2c for `http://`, TLS with ALPN h2 for `https://`), the traffic of C
 //! callers dropping (or reading) bodies right after their heads, and one
 //! caller dropping endless bodies then timing one request. The frame
 //! counter is in `frames`, the other servers in `servers`.
@@ -16,6 +17,7 @@ use bytes::Bytes;
 use http::{Request, Response, Uri};
 use http_body::{Body, Frame};
 use http_body_util::{BodyExt, Empty};
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -49,9 +51,9 @@ impl Body for Chunks {
     }
 }
 
-/// An h2c server on `127.0.0.1:0` (TCP_NODELAY), every response `len`
-/// bytes in 16 KiB frames; counts the connections it accepts. Stops when
-/// dropped.
+/// An HTTP/2 server on `127.0.0.1:0` (TCP_NODELAY), h2c or, with `tls`,
+/// TLS (ALPN h2), every response `len` bytes in 16 KiB frames; counts the
+/// connections it accepts. Stops when dropped.
 pub struct H2Server {
     addr: SocketAddr,
     accepted: Arc<AtomicUsize>,
@@ -59,7 +61,7 @@ pub struct H2Server {
 }
 
 impl H2Server {
-    pub fn start(rt: &Handle, len: usize) -> H2Server {
+    pub fn start(rt: &Handle, len: usize, tls: Option<tokio_rustls::TlsAcceptor>) -> H2Server {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
         listener.set_nonblocking(true).expect("nonblocking");
         let addr = listener.local_addr().expect("address");
@@ -79,10 +81,17 @@ impl H2Server {
                             .expect("response");
                         Ok::<_, Infallible>(res)
                     });
-                conns.spawn(
-                    hyper::server::conn::http2::Builder::new(TokioExecutor::new())
-                        .serve_connection(TokioIo::new(stream), service),
-                );
+                let tls = tls.clone();
+                conns.spawn(async move {
+                    let http2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+                    let _ = match tls {
+                        Some(acceptor) => match acceptor.accept(stream).await {
+                            Ok(stream) => http2.serve_connection(TokioIo::new(stream), service).await,
+                            Err(_) => return,
+                        },
+                        None => http2.serve_connection(TokioIo::new(stream), service).await,
+                    };
+                });
                 while conns.try_join_next().is_some() {}
             }
         });
@@ -104,25 +113,29 @@ impl Drop for H2Server {
     }
 }
 
-/// hyper-util's client builder, HTTP/2 only (h2c), otherwise hyper-util's
-/// defaults.
-pub fn builder() -> hyper_util::client::legacy::Builder {
-    let mut builder = Client::builder(TokioExecutor::new());
-    builder.http2_only(true);
-    builder
-}
+/// The benches' HTTP/2 client: hyper-util's pooled client over
+/// hyper-rustls' connector, HTTP/2 only.
+pub type H2Client = Client<HttpsConnector<HttpConnector>, Empty<Bytes>>;
 
-/// `builder`'s pooled client with TCP_NODELAY.
-pub fn build(builder: &hyper_util::client::legacy::Builder) -> Client<HttpConnector, Empty<Bytes>> {
+/// hyper-util's pooled client, HTTP/2 only (h2c with prior knowledge for an
+/// `http://` URI, TLS with ALPN h2 for an `https://` one, trusting `tls`'s
+/// certificate alone), TCP_NODELAY, otherwise hyper-util's defaults, as a
+/// user builds it.
+pub fn client(tls: &super::tls::Tls) -> H2Client {
     let mut http = HttpConnector::new();
     http.set_nodelay(true);
-    builder.build(http)
-}
-
-/// hyper-util's pooled client, HTTP/2 only (h2c), TCP_NODELAY, otherwise
-/// hyper-util's defaults.
-pub fn client() -> Client<HttpConnector, Empty<Bytes>> {
-    build(&builder())
+    http.enforce_http(false);
+    // hyper-rustls sets the ALPN protocols itself (`enable_http2`).
+    let mut config = (*tls.client).clone();
+    config.alpn_protocols.clear();
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(config)
+        .https_or_http()
+        .enable_http2()
+        .wrap_connector(http);
+    let mut builder = Client::builder(TokioExecutor::new());
+    builder.http2_only(true);
+    builder.build(https)
 }
 
 /// What one run of [`traffic`] saw.

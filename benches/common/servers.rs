@@ -1,10 +1,11 @@
 //! The HTTP/2 servers of the http2 bench, each started for one run on
-//! loopback and stopped when dropped: hyper's h2c server (`h2`), Node 20's
-//! `http2.createServer` (`tests/node/h2server.js`), Go 1.27's net/http
-//! (`benches/go/goserver`, built by `bash benches/go.sh`) and Debian's
-//! nginx 1.22 (`listen ... http2` without TLS: h2c with prior knowledge,
-//! a 1 MiB static file). All h2c with prior knowledge; Node, Go and nginx
-//! serve a 1 MiB body with content-length at `/len/1048576`.
+//! loopback and stopped when dropped: hyper's server (`h2`), Node 20's
+//! `http2.createServer` / `createSecureServer` (`tests/node/h2server.js`),
+//! Go 1.27's net/http (`benches/go/goserver`, built by `bash
+//! benches/go.sh`) and Debian's nginx 1.22 (static files). Each serves h2c
+//! with prior knowledge, or, given a certificate, HTTP/2 over TLS (ALPN
+//! h2). Node and Go serve N bytes with content-length at `/len/N`, nginx
+//! the files `/len/65536` and `/len/1048576`.
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -19,6 +20,7 @@ use tokio::runtime::{Handle, Runtime};
 
 use super::BoxError;
 use super::h2::H2Server;
+use super::tls::Tls;
 
 /// Which server, and the stream limit it announces where one is set.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,9 +33,10 @@ pub enum ServerKind {
     Node(Option<u32>),
     /// Go's net/http server: 250 streams unless `Some(n)`.
     Go(Option<u32>),
-    /// nginx 1.22 with Debian's defaults for static files (128 streams,
-    /// `keepalive_requests 1000`).
-    Nginx,
+    /// nginx 1.22 with Debian's defaults for static files (128 streams),
+    /// `keepalive_requests` 1000 unless `Some(n)`: it sends a graceful
+    /// GOAWAY with its `n`th response on a connection.
+    Nginx(Option<u32>),
 }
 
 impl ServerKind {
@@ -44,7 +47,8 @@ impl ServerKind {
             ServerKind::Node(Some(n)) => format!("Node max {n}"),
             ServerKind::Go(None) => "Go server".into(),
             ServerKind::Go(Some(n)) => format!("Go server max {n}"),
-            ServerKind::Nginx => "nginx".into(),
+            ServerKind::Nginx(None) => "nginx".into(),
+            ServerKind::Nginx(Some(n)) => format!("nginx keepalive_requests {n}"),
         }
     }
 
@@ -54,7 +58,7 @@ impl ServerKind {
             ServerKind::Hyper => return None,
             ServerKind::Node(_) => node().is_some_and(|_| node_script().is_file()),
             ServerKind::Go(_) => go_server().is_some(),
-            ServerKind::Nginx => nginx().is_some(),
+            ServerKind::Nginx(_) => nginx().is_some(),
         };
         (!found).then(|| {
             match self {
@@ -112,16 +116,25 @@ pub struct Server {
     process: Option<(Child, Option<ChildStdin>)>,
     /// nginx's prefix (config, document root, logs), removed at the end.
     prefix: Option<PathBuf>,
+    /// It serves TLS with this certificate.
+    tls: Option<Tls>,
 }
 
 impl Server {
-    /// Starts `kind` on loopback; hyper's serves `len` bytes on every path.
-    pub fn start(kind: ServerKind, rt: &Handle, len: usize) -> Result<Server, BoxError> {
-        let mut server =
-            Server { addr: ([127, 0, 0, 1], 0).into(), kind, hyper: None, process: None, prefix: None };
+    /// Starts `kind` on loopback, h2c, or over TLS with `tls`; hyper's
+    /// serves `len` bytes on every path.
+    pub fn start(kind: ServerKind, rt: &Handle, len: usize, tls: Option<&Tls>) -> Result<Server, BoxError> {
+        let mut server = Server {
+            addr: ([127, 0, 0, 1], 0).into(),
+            kind,
+            hyper: None,
+            process: None,
+            prefix: None,
+            tls: tls.cloned(),
+        };
         match kind {
             ServerKind::Hyper => {
-                let h = H2Server::start(rt, len);
+                let h = H2Server::start(rt, len, tls.map(|t| t.acceptor.clone()));
                 server.addr = h.addr();
                 server.hyper = Some(h);
             }
@@ -134,10 +147,19 @@ impl Server {
                     }
                     _ => Command::new(go_server().ok_or("no goserver")?),
                 };
+                let node = matches!(kind, ServerKind::Node(_));
                 if let Some(n) = max {
-                    let flag =
-                        if matches!(kind, ServerKind::Node(_)) { "--max-streams" } else { "-max-streams" };
-                    cmd.args([flag, &n.to_string()]);
+                    cmd.args([if node { "--max-streams" } else { "-max-streams" }, &n.to_string()]);
+                }
+                if let Some(tls) = tls {
+                    match node {
+                        true => cmd.arg("--tls").arg(tls.ca_pem_path()).arg(tls.key_pem_path()),
+                        false => cmd
+                            .arg("-tls-cert")
+                            .arg(tls.ca_pem_path())
+                            .arg("-tls-key")
+                            .arg(tls.key_pem_path()),
+                    };
                 }
                 cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit());
                 let mut child = cmd.spawn().map_err(|e| format!("starting {cmd:?}: {e}"))?;
@@ -152,26 +174,39 @@ impl Server {
                     .ok_or_else(|| format!("{cmd:?} printed {line:?}, not READY <port>"))?;
                 server.addr.set_port(port);
             }
-            ServerKind::Nginx => server.start_nginx()?,
+            ServerKind::Nginx(keepalive_requests) => {
+                server.start_nginx(keepalive_requests.unwrap_or(1000))?
+            }
         }
         Ok(server)
     }
 
     /// nginx on a port found free (released, then given to nginx: retried
     /// if taken meanwhile), ready once it accepts a connection.
-    fn start_nginx(&mut self) -> Result<(), BoxError> {
+    fn start_nginx(&mut self, keepalive_requests: u32) -> Result<(), BoxError> {
         static RUNS: AtomicUsize = AtomicUsize::new(0);
         let run = RUNS.fetch_add(1, Ordering::SeqCst);
         let prefix = std::env::temp_dir().join(format!("drain-bench-nginx-{}-{run}", std::process::id()));
         std::fs::create_dir_all(prefix.join("root/len"))?;
         std::fs::write(prefix.join("root/len/1048576"), vec![b'n'; 1 << 20])?;
+        std::fs::write(prefix.join("root/len/65536"), vec![b'n'; 1 << 16])?;
+        let listen = match &self.tls {
+            Some(tls) => format!(
+                "ssl http2;\n        ssl_certificate {};\n        ssl_certificate_key {}",
+                tls.ca_pem_path().display(),
+                tls.key_pem_path().display()
+            ),
+            None => "http2".to_string(),
+        };
         self.prefix = Some(prefix.clone());
         let mut last = String::new();
         for _ in 0..3 {
             let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
             let conf = NGINX_CONF
                 .replace("@PREFIX@", prefix.to_str().ok_or("prefix")?)
-                .replace("@PORT@", &port.to_string());
+                .replace("@PORT@", &port.to_string())
+                .replace("@LISTEN@", &listen)
+                .replace("@KEEPALIVE_REQUESTS@", &keepalive_requests.to_string());
             let conf_path = prefix.join("nginx.conf");
             std::fs::write(&conf_path, conf)?;
             let mut cmd = Command::new(nginx().ok_or("no nginx")?);
@@ -214,9 +249,9 @@ impl Server {
                 n if n != connections => format!("server accepted {n}"),
                 _ => String::new(),
             },
-            ServerKind::Nginx => String::new(),
+            ServerKind::Nginx(_) => String::new(),
             ServerKind::Node(_) | ServerKind::Go(_) => {
-                let Ok(json) = client.block_on(get_stats(self.addr)) else {
+                let Ok(json) = client.block_on(get_stats(self.addr, self.tls.as_ref())) else {
                     return "no /stats".into();
                 };
                 let n = |key: &str| number(&json, key).unwrap_or(0);
@@ -253,12 +288,16 @@ fn read_log(prefix: &Path) -> String {
     std::fs::read_to_string(prefix.join("error.log")).unwrap_or_default().trim().to_string()
 }
 
-/// `GET /stats` over h2c, on a client of its own (not through the run's
-/// frame counter).
-async fn get_stats(addr: SocketAddr) -> Result<String, BoxError> {
-    let uri: http::Uri = format!("http://{addr}/stats").parse()?;
+/// `GET /stats` (h2c, or TLS with `tls`), on a client of its own (not
+/// through the run's frame counter).
+async fn get_stats(addr: SocketAddr, tls: Option<&Tls>) -> Result<String, BoxError> {
+    let uri: http::Uri = match tls {
+        Some(_) => format!("https://localhost:{}/stats", addr.port()).parse()?,
+        None => format!("http://{addr}/stats").parse()?,
+    };
+    let client = super::h2::client(&tls.cloned().unwrap_or_else(Tls::h2));
     let req = http::Request::get(uri).body(http_body_util::Empty::<Bytes>::new())?;
-    let res = tokio::time::timeout(Duration::from_secs(5), super::h2::client().request(req)).await??;
+    let res = tokio::time::timeout(Duration::from_secs(5), client.request(req)).await??;
     let body = res.into_body().collect().await?.to_bytes();
     Ok(String::from_utf8_lossy(&body).into_owned())
 }
@@ -271,7 +310,7 @@ fn number(json: &str, key: &str) -> Option<u64> {
 }
 
 /// nginx as `stacks/tests/interop` runs it (one foreground process, no
-/// master, Debian's defaults for static files), h2c on its port.
+/// master, Debian's defaults for static files), h2c or TLS on its port.
 const NGINX_CONF: &str = r#"daemon off;
 master_process off;
 worker_processes 1;
@@ -285,7 +324,7 @@ http {
     tcp_nopush on;
     tcp_nodelay on;
     keepalive_timeout 75s;
-    keepalive_requests 1000;
+    keepalive_requests @KEEPALIVE_REQUESTS@;
     default_type application/octet-stream;
     client_body_temp_path @PREFIX@/client_body;
     proxy_temp_path @PREFIX@/proxy;
@@ -294,7 +333,7 @@ http {
     scgi_temp_path @PREFIX@/scgi;
     access_log off;
     server {
-        listen 127.0.0.1:@PORT@ http2;
+        listen 127.0.0.1:@PORT@ @LISTEN@;
         root @PREFIX@/root;
     }
 }

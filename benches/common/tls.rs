@@ -1,4 +1,5 @@
-//! TLS 1.3 with a self-signed certificate generated at start (rcgen, ring).
+//! TLS 1.3 with a self-signed certificate generated at start (rcgen, ring),
+//! ALPN `http/1.1` ([`Tls::generate`]) or `h2` ([`Tls::h2`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -16,10 +17,15 @@ pub const SERVER_NAME: &str = "localhost";
 pub struct Tls {
     pub acceptor: TlsAcceptor,
     pub connector: TlsConnector,
+    /// The client's configuration (what `connector` holds), for hyper-rustls.
+    pub client: Arc<ClientConfig>,
     /// The certificate, PEM-encoded, for clients outside this process.
     pub cert_pem: String,
     /// `cert_pem` in a file of its own, removed with the last clone.
     ca_pem: Arc<TempFile>,
+    /// The private key, PEM-encoded, in a file of its own, for servers
+    /// outside this process (Node, Go, nginx).
+    key_pem: Arc<TempFile>,
 }
 
 /// A file under the temporary directory, removed when dropped.
@@ -36,6 +42,16 @@ impl Tls {
     /// ALPN `http/1.1` only, on both sides; the client trusts that
     /// certificate alone. Session resumption is rustls' default.
     pub fn generate() -> Tls {
+        Tls::generate_for(b"http/1.1")
+    }
+
+    /// [`generate`](Self::generate) with ALPN `h2` only: HTTP/2 over TLS, as
+    /// a browser or any HTTP/2 client negotiates it.
+    pub fn h2() -> Tls {
+        Tls::generate_for(b"h2")
+    }
+
+    fn generate_for(alpn: &[u8]) -> Tls {
         let key =
             rcgen::generate_simple_self_signed(vec![SERVER_NAME.to_string()]).expect("generate certificate");
         let cert = key.cert.der().clone();
@@ -46,8 +62,10 @@ impl Tls {
             std::process::id(),
             GENERATED.fetch_add(1, Ordering::Relaxed)
         );
-        let ca_pem = TempFile(std::env::temp_dir().join(name));
+        let ca_pem = TempFile(std::env::temp_dir().join(&name));
         std::fs::write(&ca_pem.0, &cert_pem).expect("write the certificate's PEM file");
+        let key_pem = TempFile(std::env::temp_dir().join(format!("key-{name}")));
+        std::fs::write(&key_pem.0, key.signing_key.serialize_pem()).expect("write the key's PEM file");
         let private = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.signing_key.serialize_der()));
         let provider = Arc::new(rustls::crypto::ring::default_provider());
 
@@ -57,7 +75,7 @@ impl Tls {
             .with_no_client_auth()
             .with_single_cert(vec![cert.clone()], private)
             .expect("server certificate");
-        server.alpn_protocols = vec![b"http/1.1".to_vec()];
+        server.alpn_protocols = vec![alpn.to_vec()];
 
         let mut roots = RootCertStore::empty();
         roots.add(cert).expect("trust the generated certificate");
@@ -66,13 +84,16 @@ impl Tls {
             .expect("TLS 1.3")
             .with_root_certificates(roots)
             .with_no_client_auth();
-        client.alpn_protocols = vec![b"http/1.1".to_vec()];
+        client.alpn_protocols = vec![alpn.to_vec()];
+        let client = Arc::new(client);
 
         Tls {
             acceptor: TlsAcceptor::from(Arc::new(server)),
-            connector: TlsConnector::from(Arc::new(client)),
+            connector: TlsConnector::from(client.clone()),
+            client,
             cert_pem,
             ca_pem: Arc::new(ca_pem),
+            key_pem: Arc::new(key_pem),
         }
     }
 
@@ -80,6 +101,11 @@ impl Tls {
     /// [`Tls::generate`]), for a client to trust, as `goclient -ca` does.
     pub fn ca_pem_path(&self) -> &Path {
         &self.ca_pem.0
+    }
+
+    /// A file holding the certificate's private key (PEM), for a server.
+    pub fn key_pem_path(&self) -> &Path {
+        &self.key_pem.0
     }
 
     /// The name the client verifies.

@@ -12,17 +12,15 @@
 //! in the drop and on the task alike, so the outcome is known within
 //! `max_time` of the drop plus the time of one frame, whatever the body.
 //!
-//! HTTP/2 is drained otherwise (`http2.rs` says why): the budgets do not
-//! apply; a body that does not end in the drop is reset as soon as its
-//! connection can remember the reset, and meanwhile read on (or, an
-//! open-ended stream, held unread).
+//! HTTP/2 bodies never come here: a dropped one is reset at once, unread
+//! (`http2.rs` says why).
 
 use std::cell::Cell;
 use std::future::poll_fn;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker, ready};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bytes::Buf;
 use http_body::Body;
@@ -30,8 +28,6 @@ use tokio::runtime::Handle;
 
 use crate::budget::{Allowance, DrainBudget, Spending};
 use crate::event::OriginView;
-use crate::http2::{self, MAX_WAIT};
-use crate::origin::OriginAt;
 use crate::outcome::Reason;
 use crate::policy;
 use crate::response::DropContext;
@@ -41,36 +37,16 @@ use crate::timer::Deadline;
 
 mod task;
 
-/// How a drain starts.
-pub(crate) enum Start {
-    /// Read within this budget (counted from the drop). On HTTP/2 a body
-    /// that stalls is given up too (`stalled`), and one given up has its
-    /// stream reset once its connection can remember the reset; or, when
-    /// the layer was told to reset at once (`http2_reset_memory`), what has
-    /// arrived is read in the drop and the rest reset there.
-    Budget(DrainBudget),
-    /// HTTP/2: a drop skipped for `reason`, whose reset found no room:
-    /// wait for room, asking again at `ask_at`.
-    WaitForRoom { reason: Reason, ask_at: Instant },
-}
-
-/// Drains `body` as `start` says, counted from now (the drop): hyper's body
+/// Drains `body` within `budget`, counted from now (the drop): hyper's body
 /// first here, as far as it has arrived; then, if it has to wait for the
 /// server (or is another body), on a task, if the cap and a runtime let it.
 /// Never blocks and never waits.
-pub(crate) fn start<B>(body: Pin<Box<B>>, start: Start, mut ctx: DropContext, view: Option<OriginView>)
+pub(crate) fn start<B>(body: Pin<Box<B>>, budget: DrainBudget, mut ctx: DropContext, view: Option<OriginView>)
 where
     B: Body + Send + 'static,
 {
     let fetched = ctx.take_runtime();
     let now = Instant::now();
-    let http2 = ctx.http2();
-    let resets_at_once = http2 && ctx.shared().config.reset_memory.is_some();
-    let (budget, wait) = match start {
-        Start::Budget(_) if resets_at_once => (UNLIMITED, None),
-        Start::Budget(budget) => (budget, None),
-        Start::WaitForRoom { reason, ask_at } => (UNLIMITED, Some(Wait { reason, ask_at, since: now })),
-    };
     let mut drain = Drain {
         allowance: Allowance::from_drop(budget, now),
         body: Some(body),
@@ -83,29 +59,14 @@ where
         first_wait: None,
         crossed: false,
         polled: false,
-        wait,
-        reset_counted: false,
-        last_frame: None,
     };
-    if drain.wait.is_none() && policy::runs_in_the_drop::<B>() {
+    if policy::runs_in_the_drop::<B>() {
         // hyper's body does not panic; if it ever did, the drop must not.
         let mut cx = Context::from_waker(Waker::noop());
         match catch_unwind(AssertUnwindSafe(|| drain.poll_drain(&mut cx, None))) {
             Ok(Poll::Pending) => {}
             Ok(Poll::Ready(reason)) => return drain.finish(reason),
             Err(_) => return drain.finish(Reason::BodyPanic),
-        }
-    }
-    // HTTP/2, told to reset at once: a body that has to wait for the
-    // server is reset now, if its connection can remember the reset; else
-    // it waits for room.
-    if resets_at_once && drain.wait.is_none() {
-        match policy::may_reset(drain.ctx.shared(), drain.ctx.streams(), now) {
-            Ok(()) => {
-                drain.reset_counted = true;
-                return drain.finish(Reason::Reset);
-            }
-            Err(ask_at) => drain.wait = Some(Wait { reason: Reason::Reset, ask_at, since: now }),
         }
     }
     let (runtime, fallback) = match runtime::for_drain(fetched, Handle::try_current().ok()) {
@@ -116,25 +77,7 @@ where
         Some((slot, origin_slot)) => (drain.slot, drain.origin_slot) = (Some(slot), origin_slot),
         None => return drain.finish(policy::cannot_wait(Reason::Saturated, drain.bytes > 0)),
     }
-    if http2 {
-        drain.ctx.streams().hold();
-    }
     task::spawn(&runtime, drain, fallback);
-}
-
-/// A budget that never runs out: HTTP/2 drains that wait for room read
-/// past their budgets.
-const UNLIMITED: DrainBudget = DrainBudget { max_bytes: u64::MAX, max_time: Duration::MAX };
-
-/// HTTP/2: a drain whose reset waits for room (see `http2.rs`).
-#[derive(Clone, Copy, Debug)]
-struct Wait {
-    /// Why the stream is to be reset: the drain's reason if it is.
-    reason: Reason,
-    /// When to ask the room again.
-    ask_at: Instant,
-    /// When the wait began.
-    since: Instant,
 }
 
 /// One drain: owns the body (and, on a task, its slot) until the outcome is
@@ -165,13 +108,6 @@ struct Drain<B> {
     /// The task ran: dropped without an outcome, it was cancelled rather
     /// than never run (read only then, by `Drop`).
     polled: bool,
-    /// HTTP/2: its reset waits for room; it holds a stream meanwhile.
-    wait: Option<Wait>,
-    /// HTTP/2: the reset this drain ends with was counted by the room.
-    reset_counted: bool,
-    /// When the last frame came, if any: an HTTP/2 drain whose body sends
-    /// nothing for a while has stalled (see [`Drain::read_h2`]).
-    last_frame: Option<Instant>,
 }
 
 impl<B> Drain<B>
@@ -179,104 +115,14 @@ where
     B: Body,
 {
     /// The task's drain: every way a drain ends. Within its budget it reads
-    /// until an outcome, waiting for the server until the deadline (the
-    /// crate's own timer, which needs no time driver: see `timer.rs`); on
-    /// HTTP/2 also until the body stalls. An HTTP/2 drain given up resets
-    /// its stream if its connection can remember the reset, or else waits
-    /// for room: reading on (or, an open-ended stream, holding the body
-    /// unread) until the body ends or the room lets the reset through,
-    /// asking again when the room says, for at most [`MAX_WAIT`].
+    /// until an outcome ([`poll_drain`](Self::poll_drain): the end of the
+    /// body, an error, the byte allowance, the deadline), waiting for the
+    /// server until the deadline (the crate's own timer, which needs no time
+    /// driver: see `timer.rs`); a panic of the body ends it too
+    /// ([`poll_guarded`](Self::poll_guarded)).
     async fn run(&mut self) -> Reason {
-        if self.wait.is_none() {
-            let mut deadline = self.allowance.deadline.map(Deadline::at);
-            let http2 = self.ctx.http2();
-            let reason = if http2 {
-                self.read_h2(deadline.as_mut()).await
-            } else {
-                self.read(deadline.as_mut()).await
-            };
-            if !http2 || !policy::resets_the_stream(reason) {
-                return reason;
-            }
-            let now = Instant::now();
-            match policy::may_reset(self.ctx.shared(), self.ctx.streams(), now) {
-                Ok(()) => {
-                    self.reset_counted = true;
-                    return reason;
-                }
-                Err(ask_at) => {
-                    self.allowance = Allowance::from_drop(UNLIMITED, self.allowance.dropped_at);
-                    self.crossed = false;
-                    self.wait = Some(Wait { reason, ask_at, since: now });
-                }
-            }
-        }
-        let Some(wait) = self.wait else { unreachable!("a drain that reaches here waits for room") };
-        let reads = policy::reads_while_waiting(wait.reason);
-        let give_up = wait.since + MAX_WAIT;
-        let mut ask_at = wait.ask_at;
-        loop {
-            let mut room = Deadline::at(ask_at.min(give_up));
-            let ended = poll_fn(|cx| {
-                if reads && let Poll::Ready(reason) = self.poll_guarded(cx, None) {
-                    return Poll::Ready(Some(reason));
-                }
-                room.poll_elapsed(cx).map(|()| None)
-            })
-            .await;
-            match ended {
-                // Read to the end while waiting: no reset needed.
-                Some(Reason::EndOfBody) => return Reason::PacedToEnd,
-                Some(reason) => return reason,
-                None => {}
-            }
-            let now = Instant::now();
-            match policy::may_reset(self.ctx.shared(), self.ctx.streams(), now) {
-                Ok(()) => {
-                    self.reset_counted = true;
-                    return wait.reason;
-                }
-                Err(_) if now >= give_up => return wait.reason,
-                Err(next) => ask_at = next,
-            }
-        }
-    }
-
-    /// [`read`](Self::read) for HTTP/2, which also gives up (`stalled`) on a
-    /// body that has not flowed when no frame came for
-    /// [`http2::stall_after`] the origin's round trip: a server with nothing
-    /// to send now gets its stream back rather than have it held (a stream,
-    /// unlike an HTTP/1 connection, saves nothing by being held).
-    async fn read_h2(&mut self, mut deadline: Option<&mut Deadline>) -> Reason {
-        let round_trip = self.ctx.origin().and_then(OriginAt::round_trip);
-        let started = Instant::now();
-        // Fires when the body would have stalled had no frame come since
-        // it was set; moved on then (not at every frame) if one came.
-        let stall_after = http2::stall_after(round_trip);
-        let mut quiet = Deadline::at(started + stall_after);
-        poll_fn(|cx| {
-            if let Poll::Ready(reason) = self.poll_guarded(cx, deadline.as_deref_mut()) {
-                return Poll::Ready(reason);
-            }
-            // A body that has flowed is bounded by its budgets alone.
-            if self.bytes >= http2::FLOWING {
-                return Poll::Pending;
-            }
-            loop {
-                ready!(quiet.poll_elapsed(cx));
-                let stalls_at = self.last_frame.unwrap_or(started) + stall_after;
-                if Instant::now() >= stalls_at {
-                    return Poll::Ready(Reason::Stalled);
-                }
-                quiet = Deadline::at(stalls_at);
-            }
-        })
-        .await
-    }
-
-    /// Reads within the budget until an outcome.
-    async fn read(&mut self, mut deadline: Option<&mut Deadline>) -> Reason {
-        poll_fn(|cx| self.poll_guarded(cx, deadline.as_deref_mut())).await
+        let mut deadline = self.allowance.deadline.map(Deadline::at);
+        poll_fn(|cx| self.poll_guarded(cx, deadline.as_mut())).await
     }
 
     /// [`poll_drain`](Self::poll_drain), a panic of the body ending the
@@ -320,10 +166,7 @@ where
                 }
                 Poll::Ready(None) => return Poll::Ready(Reason::EndOfBody),
                 Poll::Ready(Some(Err(_))) => return Poll::Ready(Reason::BodyError),
-                Poll::Ready(Some(Ok(frame))) => {
-                    self.last_frame = Some(Instant::now());
-                    frame
-                }
+                Poll::Ready(Some(Ok(frame))) => frame,
             };
             // Trailers carry no data bytes; they are read and dropped like data.
             let Some(data) = frame.data_ref() else { continue };
@@ -351,14 +194,8 @@ impl<B> Drain<B> {
         }
         self.recorded = true;
         let elapsed = self.allowance.dropped_at.elapsed();
-        if self.ctx.http2() && !self.reset_counted && policy::resets_the_stream(reason) {
-            self.ctx.streams().note_reset(Instant::now());
-        }
         self.teach_the_origin(reason);
         self.ctx.record(reason, self.bytes, elapsed, self.view);
-        if self.ctx.http2() && self.slot.is_some() {
-            self.ctx.streams().release();
-        }
         if self.origin_slot
             && let Some(origin) = self.ctx.origin()
         {

@@ -17,11 +17,9 @@ pub(crate) use key::OriginKey;
 pub(crate) use table::Origins;
 
 use crate::budget::DrainBudget;
-use crate::http2;
 
-/// One origin: its name, what the layer measured about it, and (HTTP/2)
-/// the resets its connection was asked to remember and the streams drains
-/// hold. Shared by the table and by the requests, responses and drains of
+/// One origin: its name, what the layer measured about it, and the drain
+/// slots its drains hold. Shared by the table and by the requests, responses and drains of
 /// the origin, which reach it without the table.
 pub(crate) struct Origin {
     key: OriginKey,
@@ -36,8 +34,6 @@ pub(crate) struct Origin {
     /// Its round trip (see `heads.rs`), timed from `epoch`.
     heads: heads::HeadTimes,
     epoch: Instant,
-    /// HTTP/2: see `http2.rs`.
-    pub(crate) streams: http2::Streams,
     /// Drains of this origin holding a slot under `max_concurrent_drains`.
     drains: AtomicUsize,
 }
@@ -51,7 +47,6 @@ impl Origin {
             spelling: OnceLock::new(),
             heads: heads::HeadTimes::default(),
             epoch: Instant::now(),
-            streams: http2::Streams::default(),
             drains: AtomicUsize::new(0),
         }
     }

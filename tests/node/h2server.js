@@ -224,7 +224,14 @@ function serve(stream, path, query) {
 const maxStreams = flag('--max-streams');
 const options = {};
 if (maxStreams !== undefined) options.settings = { maxConcurrentStreams: maxStreams };
-const server = http2.createServer(options);
+// --tls CERT.pem KEY.pem: HTTP/2 over TLS (ALPN h2 only) instead of h2c.
+const tls = args.indexOf('--tls');
+if (tls >= 0) {
+  const fs = require('node:fs');
+  options.cert = fs.readFileSync(args[tls + 1]);
+  options.key = fs.readFileSync(args[tls + 2]);
+}
+const server = tls >= 0 ? http2.createSecureServer(options) : http2.createServer(options);
 
 server.on('session', (session) => {
   const s = { session, seen: 0, maxId: -1, lastProc: -1, counted: false, open: 0, errored: false };

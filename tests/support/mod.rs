@@ -11,7 +11,11 @@
 //!   drive runtimes of their own), [`settle`]: early drops and waits with a
 //!   deadline.
 //! - [`Sampler`]: the largest `in_flight` seen while a test runs.
+//! - [`h2`]: HTTP/2 servers (hyper's with scripted bodies, and one that
+//!   speaks the frames itself to refuse streams exactly).
 #![allow(dead_code, unreachable_pub)]
+
+pub mod h2;
 
 use std::future::Future;
 use std::net::SocketAddr;

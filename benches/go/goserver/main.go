@@ -4,12 +4,13 @@
 // defaults, the standard library only. Its paths are those of the Node
 // server of the tests (tests/node/h2server.js).
 //
-//	goserver [-max-streams N]
+//	goserver [-max-streams N] [-tls-cert CERT.pem -tls-key KEY.pem]
 //
 // Listens on 127.0.0.1:0, prints "READY <port>" on stdout, and exits when
 // its stdin closes (the bench went away). Without -max-streams the server
 // announces net/http's default SETTINGS_MAX_CONCURRENT_STREAMS (250); with
-// it, N (http.Server.HTTP2.MaxConcurrentStreams).
+// it, N (http.Server.HTTP2.MaxConcurrentStreams). With -tls-cert it serves
+// HTTP/2 over TLS (ALPN h2 only) instead of h2c.
 //
 // Paths (every response 200 unless said otherwise):
 //
@@ -153,9 +154,15 @@ func serve(w http.ResponseWriter, r *http.Request) {
 
 func main() {
 	maxStreams := flag.Int("max-streams", 0, "SETTINGS_MAX_CONCURRENT_STREAMS to announce (0: net/http's default)")
+	tlsCert := flag.String("tls-cert", "", "serve HTTP/2 over TLS (ALPN h2) with this certificate (PEM) instead of h2c")
+	tlsKey := flag.String("tls-key", "", "the certificate's private key (PEM), with -tls-cert")
 	flag.Parse()
 	var protocols http.Protocols
-	protocols.SetUnencryptedHTTP2(true)
+	if *tlsCert != "" {
+		protocols.SetHTTP2(true)
+	} else {
+		protocols.SetUnencryptedHTTP2(true)
+	}
 	srv := &http.Server{
 		Handler:   http.HandlerFunc(serve),
 		Protocols: &protocols,
@@ -181,7 +188,12 @@ func main() {
 		io.Copy(io.Discard, os.Stdin)
 		os.Exit(0)
 	}()
-	if err := srv.Serve(ln); err != nil {
+	if *tlsCert != "" {
+		err = srv.ServeTLS(ln, *tlsCert, *tlsKey)
+	} else {
+		err = srv.Serve(ln)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "goserver:", err)
 		os.Exit(1)
 	}

@@ -47,6 +47,7 @@
 mod support;
 
 mod cells;
+mod h2;
 mod keep_alive;
 mod servers;
 mod sse;
@@ -278,5 +279,44 @@ fn node_keep_alive_a_pool_idle_timeout_below_the_servers_never_sends_on_a_closin
                 );
             }
         }
+    });
+}
+
+/// nginx's graceful GOAWAY after `keepalive_requests` (100) on HTTP/2: the
+/// README's HTTP/2 stack fails no request (it sends again what nginx refused
+/// past its last stream id), on the new connections each GOAWAY calls for;
+/// hyper-util alone fails those (printed: how many depends on what was in
+/// flight at each GOAWAY).
+#[test]
+fn nginx_http2_graceful_goaway_after_keepalive_requests_fails_no_request_through_the_readme_stack() {
+    serially(async {
+        let server = Server::nginx().await;
+        let run = h2::graceful_goaway(&server).await;
+        println!(
+            "{} over h2c, keepalive_requests 100, 16 callers x {}: hyper-util alone {} failed ({:?}); the \
+             README's stack {} failed on {} connections",
+            server.version,
+            h2::REQUESTS,
+            run.alone.failed,
+            run.alone.kinds,
+            run.stack.failed,
+            run.stack_connections
+        );
+        assert!(
+            run.alone.kinds.keys().all(|k| k.contains("GoAway")),
+            "hyper-util alone fails only requests above a GOAWAY's last stream id: {:?}",
+            run.alone.kinds
+        );
+        assert_eq!(
+            (run.stack.sent, run.stack.failed),
+            (h2::REQUESTS, 0),
+            "the README's stack fails nothing: {:?}",
+            run.stack
+        );
+        assert!(
+            run.stack_connections >= (h2::REQUESTS / 100) as u64,
+            "nginx ended a connection every 100 requests (else this test tried nothing): {} connections",
+            run.stack_connections
+        );
     });
 }

@@ -71,6 +71,8 @@ pub(crate) struct Server {
     /// The server's version, as it reports it.
     pub(crate) version: String,
     port: u16,
+    /// nginx's HTTP/2 port (h2c, `keepalive_requests 100`).
+    h2_port: Option<u16>,
     kind: Kind,
     _process: Process,
 }
@@ -118,12 +120,13 @@ impl Server {
                 let path = root.join(format!("static/{kib}k.bin"));
                 std::fs::write(path, random_bytes(kib * 1024, i as u64 + 1)).unwrap();
             }
-            let port = free_port();
+            let (port, h2_port) = (free_port(), free_port());
             let template = std::fs::read_to_string(interop_dir().join("nginx.conf.in")).unwrap();
             let config = template
                 .replace("@PREFIX@", prefix.to_str().unwrap())
                 .replace("@ROOT@", root.to_str().unwrap())
-                .replace("@PORT@", &port.to_string());
+                .replace("@PORT@", &port.to_string())
+                .replace("@H2_PORT@", &h2_port.to_string());
             let config_path = prefix.join("nginx.conf");
             std::fs::write(&config_path, config).unwrap();
             let child = Command::new(&binary)
@@ -140,6 +143,7 @@ impl Server {
                 name: "nginx",
                 version: version.clone(),
                 port,
+                h2_port: Some(h2_port),
                 kind: Kind::Nginx { prefix: prefix.clone(), stats_queries: AtomicU64::new(0) },
                 _process: Process { child, _stdin: None },
             };
@@ -215,7 +219,7 @@ impl Server {
             .strip_prefix("READY ")
             .and_then(|p| p.trim().parse().ok())
             .unwrap_or_else(|| panic!("{name} printed {line:?}, not READY <port>"));
-        Server { name, version, port, kind: Kind::Json, _process: process }
+        Server { name, version, port, h2_port: None, kind: Kind::Json, _process: process }
     }
 
     /// Polls the counters until they answer (at most 10 s).
@@ -235,6 +239,12 @@ impl Server {
 
     pub(crate) fn uri(&self, path_and_query: &str) -> Uri {
         format!("http://127.0.0.1:{}{path_and_query}", self.port).parse().unwrap()
+    }
+
+    /// nginx's HTTP/2 server (h2c, a graceful GOAWAY every 100 requests).
+    pub(crate) fn h2_uri(&self, path_and_query: &str) -> Uri {
+        let port = self.h2_port.expect("only nginx serves HTTP/2 here");
+        format!("http://127.0.0.1:{port}{path_and_query}").parse().unwrap()
     }
 
     /// The server's counters now.

@@ -1,0 +1,281 @@
+//! [`RetryRefused`]: sends a request again, on another connection, when
+//! the server refused it before processing it: an HTTP/2 stream above the
+//! last stream id of the server's GOAWAY (nginx's after
+//! `keepalive_requests`, Node's when a client resets too fast, any server
+//! shutting down), one reset with REFUSED_STREAM, or a request hyper never
+//! sent. Which failures those are, and when a request goes again, is the
+//! HTTP/2 room's (`http2.rs`); this module is the tower plumbing.
+//!
+//! Go's client does the same inside `RoundTrip`; hyper-util's `Client` and
+//! tonic do not (hyperium/hyper#2500), reqwest does since 0.12.23 (so a
+//! reqwest stack needs nothing of this).
+//!
+//! # Where it goes
+//!
+//! One line, directly above [`DrainOnDropLayer`](crate::DrainOnDropLayer)
+//! (or the client itself), below a timeout, which then bounds every try, and
+//! below any retry of your own, which then sees only what no retry here
+//! could mend:
+//!
+//! ```
+//! use std::time::Duration;
+//!
+//! use drain_on_drop::{DrainOnDropLayer, RetryRefusedLayer};
+//! use http_body_util::Empty;
+//! use hyper::body::Bytes;
+//! use hyper_util::client::legacy::Client;
+//! use hyper_util::rt::TokioExecutor;
+//! use tower::ServiceBuilder;
+//!
+//! let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
+//! let svc = ServiceBuilder::new()
+//!     .timeout(Duration::from_secs(5))     // bounds every try
+//!     .layer(RetryRefusedLayer::new())     // what the server never processed goes again
+//!     .layer(DrainOnDropLayer::new())      // innermost: sees every response
+//!     .service(client);
+//! # drop(svc);
+//! ```
+//!
+//! The request body must be `Clone`, and its clone must replay it: `Empty`,
+//! `Full`, `String`, `Bytes` (a streaming body cannot be sent twice; tonic's
+//! is one). The service's error must be a `std::error::Error` (hyper-util's,
+//! hyper's, tonic's are): put a tower `Buffer`, whose errors are boxed,
+//! above it. A request goes again through the same service, so on a client
+//! that keeps one connection (hyper's own `SendRequest`) it fails again:
+//! the retry is for pools, which dial another (hyper-util's `Client`,
+//! tonic's reconnecting `Channel`).
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+use std::time::Instant;
+
+use http::Request;
+use pin_project_lite::pin_project;
+use tower_layer::Layer;
+use tower_service::Service;
+
+use crate::http2;
+use crate::timer::Deadline;
+
+/// Wraps a client service in [`RetryRefused`]: requests the server refused
+/// before processing them are sent again (see the [module](self)).
+#[derive(Clone, Copy, Debug)]
+pub struct RetryRefusedLayer {
+    max_retries: usize,
+}
+
+impl RetryRefusedLayer {
+    /// A layer that retries a refused request up to 6 times: the first at
+    /// once, then after 25 ms, doubling.
+    pub fn new() -> Self {
+        RetryRefusedLayer { max_retries: http2::MAX_RETRIES }
+    }
+
+    /// How many times one request may be sent again. The first retry goes
+    /// at once (the refusing connection is gone), each later one after a
+    /// wait that starts at 25 ms and doubles. `0` retries nothing. Default
+    /// is 6 (Go's).
+    ///
+    /// ```
+    /// # use drain_on_drop::RetryRefusedLayer;
+    /// let layer = RetryRefusedLayer::new().max_retries(2);
+    /// ```
+    pub fn max_retries(self, max_retries: usize) -> Self {
+        RetryRefusedLayer { max_retries }
+    }
+}
+
+impl Default for RetryRefusedLayer {
+    /// Same as [`RetryRefusedLayer::new`].
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<S> Layer<S> for RetryRefusedLayer {
+    type Service = RetryRefused<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        RetryRefused { inner, max_retries: self.max_retries }
+    }
+}
+
+/// Middleware that sends a request again when the server refused it before
+/// processing it. Built by [`RetryRefusedLayer`]; see the [module](self)
+/// for what is retried and where it goes.
+///
+/// Responses and errors are the inner service's, unchanged: a request that
+/// is refused every time fails with the last refusal.
+#[derive(Clone, Debug)]
+pub struct RetryRefused<S> {
+    inner: S,
+    max_retries: usize,
+}
+
+impl<S> RetryRefused<S> {
+    /// Wraps `inner` with the default settings (see [`RetryRefusedLayer::new`]).
+    pub fn new(inner: S) -> Self {
+        RetryRefusedLayer::new().layer(inner)
+    }
+
+    /// Returns a new [`RetryRefusedLayer`] with the default settings.
+    pub fn layer() -> RetryRefusedLayer {
+        RetryRefusedLayer::new()
+    }
+
+    /// Gets a reference to the inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// Gets a mutable reference to the inner service.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Consumes `self`, returning the inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S, B> Service<Request<B>> for RetryRefused<S>
+where
+    S: Service<Request<B>> + Clone,
+    S::Error: std::error::Error + 'static,
+    B: Clone,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = ResponseFuture<S, B>;
+
+    #[inline]
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<B>) -> Self::Future {
+        // A copy to send again: the inner service takes the request.
+        let copy = (self.max_retries > 0).then(|| replay(&req));
+        // The service made ready sends it, and keeps it for the retries; a
+        // clone takes its place here.
+        let clone = self.inner.clone();
+        let mut service = std::mem::replace(&mut self.inner, clone);
+        let future = service.call(req);
+        ResponseFuture {
+            state: State::Sent { future },
+            service,
+            copy,
+            retries: 0,
+            max_retries: self.max_retries,
+        }
+    }
+}
+
+/// A copy of `req`: head (extensions included) and body.
+fn replay<B: Clone>(req: &Request<B>) -> Request<B> {
+    let mut copy = Request::new(req.body().clone());
+    *copy.method_mut() = req.method().clone();
+    *copy.uri_mut() = req.uri().clone();
+    *copy.version_mut() = req.version();
+    *copy.headers_mut() = req.headers().clone();
+    *copy.extensions_mut() = req.extensions().clone();
+    copy
+}
+
+pin_project! {
+    /// Response future of [`RetryRefused`]: the inner service's response,
+    /// or its error once no retry is left or the failure may have been
+    /// processed.
+    #[must_use = "futures do nothing unless polled"]
+    pub struct ResponseFuture<S, B>
+    where
+        S: Service<Request<B>>,
+    {
+        #[pin]
+        state: State<S::Future>,
+        service: S,
+        // What is sent again; `None` once the last try took it.
+        copy: Option<Request<B>>,
+        retries: usize,
+        max_retries: usize,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State<F> {
+        // A try is on its way.
+        Sent { #[pin] future: F },
+        // Refused more than once: waiting before the next try.
+        Waiting { deadline: Deadline },
+        // The next try waits for the service to be ready.
+        Ready,
+    }
+}
+
+impl<S, B> Future for ResponseFuture<S, B>
+where
+    S: Service<Request<B>>,
+    S::Error: std::error::Error + 'static,
+    B: Clone,
+{
+    type Output = Result<S::Response, S::Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        loop {
+            match this.state.as_mut().project() {
+                StateProj::Sent { future } => {
+                    let error = match ready!(future.poll(cx)) {
+                        Ok(response) => return Poll::Ready(Ok(response)),
+                        Err(error) => error,
+                    };
+                    if this.copy.is_none() || !http2::never_processed(&error) {
+                        return Poll::Ready(Err(error));
+                    }
+                    *this.retries += 1;
+                    tracing::debug!(
+                        target: "drain_on_drop",
+                        retry = *this.retries,
+                        %error,
+                        "the server refused the request before processing it: sending it again"
+                    );
+                    let delay = http2::retry_delay(*this.retries);
+                    this.state.set(if delay.is_zero() {
+                        State::Ready
+                    } else {
+                        State::Waiting { deadline: Deadline::at(Instant::now() + delay) }
+                    });
+                }
+                StateProj::Waiting { deadline } => {
+                    ready!(deadline.poll_elapsed(cx));
+                    this.state.set(State::Ready);
+                }
+                StateProj::Ready => {
+                    ready!(this.service.poll_ready(cx))?;
+                    // The last try takes the copy; earlier ones send a copy of it.
+                    let request = match this.copy.as_ref() {
+                        Some(copy) if *this.retries < *this.max_retries => replay(copy),
+                        _ => this.copy.take().expect("a retry has its copy"),
+                    };
+                    this.state.set(State::Sent { future: this.service.call(request) });
+                }
+            }
+        }
+    }
+}
+
+impl<S, B> fmt::Debug for ResponseFuture<S, B>
+where
+    S: Service<Request<B>>,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResponseFuture")
+            .field("retries", &self.retries)
+            .field("max_retries", &self.max_retries)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,442 @@
+//! HTTP/2 servers for the tests, both h2c (prior knowledge) on
+//! `127.0.0.1:0`:
+//!
+//! - [`H2Paths`]: hyper's own server, with bodies that flow, trickle, stall
+//!   or never end, counting at the server the streams the client reset
+//!   before their end.
+//! - [`RawH2`]: a server that speaks the frames itself, so that it refuses a
+//!   stream exactly as a test scripts it (RST_STREAM with any code, a GOAWAY
+//!   below a stream's id, a cut connection), counting every stream and
+//!   connection that reached it.
+//!
+//! And [`locked_version`]: the version of a crate this build resolved, for
+//! tests whose premise depends on it.
+
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body::Frame;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use super::{KIB, accept_each, query};
+
+/// The version of `name` in the Cargo.lock of this build (the workspace's,
+/// found above the package's manifest), as `(major, minor, patch)`; the
+/// highest if the lock holds several.
+pub fn locked_version(name: &str) -> (u64, u64, u64) {
+    let mut dir = Some(std::path::Path::new(env!("CARGO_MANIFEST_DIR")));
+    let lock = loop {
+        let d = dir.expect("a Cargo.lock above the package");
+        if let Ok(text) = std::fs::read_to_string(d.join("Cargo.lock")) {
+            break text;
+        }
+        dir = d.parent();
+    };
+    let wanted = format!("name = \"{name}\"");
+    let mut lines = lock.lines();
+    let mut found = Vec::new();
+    while let Some(line) = lines.next() {
+        if line == wanted {
+            let version = lines.next().and_then(|l| l.strip_prefix("version = \"")).expect("version line");
+            let parts: Vec<u64> = version
+                .trim_end_matches('"')
+                .split('.')
+                .map(|p| p.parse().expect("numeric version"))
+                .collect();
+            found.push((parts[0], parts[1], parts[2]));
+        }
+    }
+    found.into_iter().max().unwrap_or_else(|| panic!("{name} is not in Cargo.lock"))
+}
+
+/// What [`H2Paths`] counts at the server.
+#[derive(Debug, Default)]
+pub struct PathCounts {
+    /// Response bodies dropped before their end: their stream was reset by
+    /// the client (or their connection closed).
+    pub cancelled: AtomicUsize,
+    /// Response bodies sent to their end.
+    pub finished: AtomicUsize,
+    /// Response bodies being sent now.
+    pub open: AtomicUsize,
+}
+
+/// hyper's h2c server on `127.0.0.1:0` (TCP_NODELAY), its paths:
+///
+/// - `/len/N`: N bytes with content-length, 16 KiB frames, as fast as
+///   flow control lets them go.
+/// - `/trickle`: 1 KiB every 2 ms (`?every=MS` otherwise), without end or,
+///   with `?cl=N`, N bytes with content-length.
+/// - `/stall?after=N`: N bytes (16 KiB frames), then nothing, ever.
+/// - `/sse`: text/event-stream, a 16-byte event every 10 ms, endless.
+/// - `/flood`: text/event-stream, 16 KiB events as fast as flow control
+///   lets them go, endless.
+/// - `/small`: `small body\n`.
+pub struct H2Paths {
+    pub addr: SocketAddr,
+    pub accepted: Arc<AtomicUsize>,
+    pub counts: Arc<PathCounts>,
+}
+
+impl H2Paths {
+    /// Starts the server; it announces `max_streams` concurrent streams
+    /// (hyper's default, 200, with `None`).
+    pub async fn start(max_streams: Option<u32>) -> H2Paths {
+        let counts = Arc::new(PathCounts::default());
+        let c = counts.clone();
+        let (addr, accepted) = accept_each(move |io: TokioIo<TcpStream>| {
+            let _ = io.inner().set_nodelay(true);
+            let counts = c.clone();
+            async move {
+                let service = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
+                    let counts = counts.clone();
+                    async move { Ok::<_, std::convert::Infallible>(respond(req.uri(), counts)) }
+                });
+                let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+                if let Some(n) = max_streams {
+                    builder.max_concurrent_streams(n);
+                }
+                let _ = builder.serve_connection(io, service).await;
+            }
+        })
+        .await;
+        H2Paths { addr, accepted, counts }
+    }
+
+    pub fn uri(&self, path: &str) -> http::Uri {
+        format!("http://{}{path}", self.addr).parse().unwrap()
+    }
+
+    pub fn cancelled(&self) -> usize {
+        self.counts.cancelled.load(Ordering::SeqCst)
+    }
+
+    pub fn open(&self) -> usize {
+        self.counts.open.load(Ordering::SeqCst)
+    }
+}
+
+fn respond(uri: &http::Uri, counts: Arc<PathCounts>) -> http::Response<Paced> {
+    let path = uri.path();
+    let q = |name: &str| query(&uri.to_string(), name);
+    let mut res = http::Response::builder();
+    let ms = Duration::from_millis;
+    let paced = |left: Option<usize>, chunk: usize, every: Option<Duration>, stall_after: Option<usize>| {
+        Paced::new(left, chunk, every, stall_after, counts.clone())
+    };
+    let body = if let Some(n) = path.strip_prefix("/len/") {
+        let n: usize = n.parse().expect("/len/N");
+        res = res.header("content-length", n);
+        paced(Some(n), 16 * KIB, None, None)
+    } else if path == "/trickle" {
+        let left = q("cl").map(|n| n as usize);
+        if let Some(n) = left {
+            res = res.header("content-length", n);
+        }
+        paced(left, KIB, Some(ms(q("every").unwrap_or(2))), None)
+    } else if path == "/stall" {
+        paced(None, 16 * KIB, None, Some(q("after").unwrap_or(0) as usize))
+    } else if path == "/sse" {
+        res = res.header("content-type", "text/event-stream");
+        paced(None, 16, Some(ms(10)), None)
+    } else if path == "/flood" {
+        res = res.header("content-type", "text/event-stream");
+        paced(None, 16 * KIB, None, None)
+    } else if path == "/small" {
+        res = res.header("content-length", 11);
+        Paced::small(counts.clone())
+    } else {
+        res = res.status(404);
+        paced(Some(0), 1, None, None)
+    };
+    res.body(body).unwrap()
+}
+
+/// A response body of [`H2Paths`]: `left` bytes (`None`: endless) in
+/// `chunk`-byte frames, one per `every` (as fast as it is polled with
+/// `None`), nothing more after `stall_after` bytes; counted at its drop.
+pub struct Paced {
+    left: Option<usize>,
+    chunk: usize,
+    every: Option<tokio::time::Interval>,
+    stall_after: Option<usize>,
+    small: bool,
+    ended: bool,
+    counts: Arc<PathCounts>,
+}
+
+impl Paced {
+    fn new(
+        left: Option<usize>,
+        chunk: usize,
+        every: Option<Duration>,
+        stall_after: Option<usize>,
+        counts: Arc<PathCounts>,
+    ) -> Self {
+        counts.open.fetch_add(1, Ordering::SeqCst);
+        let every = every.map(|d| {
+            let mut interval = tokio::time::interval(d);
+            interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            interval
+        });
+        Paced { left, chunk, every, stall_after, small: false, ended: false, counts }
+    }
+
+    fn small(counts: Arc<PathCounts>) -> Self {
+        let mut body = Paced::new(Some(11), 11, None, None, counts);
+        body.small = true;
+        body
+    }
+}
+
+impl http_body::Body for Paced {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        if self.left == Some(0) {
+            self.ended = true;
+            return Poll::Ready(None);
+        }
+        if self.stall_after == Some(0) {
+            // Stalled for good: never woken, dropped when the stream goes.
+            return Poll::Pending;
+        }
+        if let Some(every) = self.every.as_mut() {
+            ready!(every.poll_tick(cx));
+        }
+        let mut n = self.chunk;
+        if let Some(left) = self.left.as_mut() {
+            n = n.min(*left);
+            *left -= n;
+        }
+        if let Some(after) = self.stall_after.as_mut() {
+            n = n.min(*after);
+            *after -= n;
+        }
+        let data = if self.small { Bytes::from_static(b"small body\n") } else { Bytes::from(vec![b'p'; n]) };
+        Poll::Ready(Some(Ok(Frame::data(data))))
+    }
+}
+
+impl Drop for Paced {
+    fn drop(&mut self) {
+        let counter = if self.ended { &self.counts.finished } else { &self.counts.cancelled };
+        counter.fetch_add(1, Ordering::SeqCst);
+        self.counts.open.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A request that reached [`RawH2`] whole (END_STREAM seen): where, and in
+/// which order.
+#[derive(Clone, Copy, Debug)]
+pub struct Arrived {
+    /// The connection's number, from 0, in the order they were accepted.
+    pub conn: usize,
+    /// The request's number on its connection, from 0.
+    pub nth_on_conn: usize,
+    /// The stream's id.
+    pub id: u32,
+}
+
+/// What [`RawH2`] does with a request that arrived.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Act {
+    /// `200`, with the body `answer`.
+    Answer,
+    /// RST_STREAM with this error code.
+    Reset(u32),
+    /// Nothing yet: answered when a later request's act says so.
+    Hold,
+    /// GOAWAY with this code whose last stream id is the highest one held
+    /// or answered before this request (so this request, and any later one
+    /// on the connection, is above it); then the held requests are answered,
+    /// and the connection is closed once they are.
+    GoAway(u32),
+    /// GOAWAY NO_ERROR whose last stream id is this request's, then the
+    /// connection is closed without an answer: processed, maybe, and lost.
+    GoAwayThenCut,
+    /// The connection is closed without an answer.
+    Cut,
+}
+
+pub const NO_ERROR: u32 = 0;
+pub const INTERNAL_ERROR: u32 = 2;
+pub const REFUSED_STREAM: u32 = 7;
+pub const CANCEL: u32 = 8;
+pub const ENHANCE_YOUR_CALM: u32 = 0xb;
+
+/// What [`RawH2`] saw.
+#[derive(Debug, Default)]
+pub struct RawCounts {
+    pub connections: AtomicUsize,
+    /// Requests that arrived whole, on every connection.
+    pub requests: AtomicUsize,
+    /// The body of every request that arrived, in order.
+    pub bodies: Mutex<Vec<Vec<u8>>>,
+}
+
+/// An h2c server speaking the frames itself, each request's fate decided
+/// by `script` when it arrives whole. Answers are `200` with the body
+/// `answer`. Stops with the test's runtime.
+pub struct RawH2 {
+    pub addr: SocketAddr,
+    pub counts: Arc<RawCounts>,
+}
+
+type Script = Arc<dyn Fn(Arrived) -> Act + Send + Sync>;
+
+impl RawH2 {
+    pub async fn start(script: impl Fn(Arrived) -> Act + Send + Sync + 'static) -> RawH2 {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let counts = Arc::new(RawCounts::default());
+        let script: Script = Arc::new(script);
+        let c = counts.clone();
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let _ = stream.set_nodelay(true);
+                let conn = c.connections.fetch_add(1, Ordering::SeqCst);
+                let (c, script) = (c.clone(), script.clone());
+                tokio::spawn(async move {
+                    let _ = raw_connection(stream, conn, script, c).await;
+                });
+            }
+        });
+        RawH2 { addr, counts }
+    }
+
+    pub fn uri(&self, path: &str) -> http::Uri {
+        format!("http://{}{path}", self.addr).parse().unwrap()
+    }
+
+    pub fn connections(&self) -> usize {
+        self.counts.connections.load(Ordering::SeqCst)
+    }
+
+    pub fn requests(&self) -> usize {
+        self.counts.requests.load(Ordering::SeqCst)
+    }
+}
+
+/// The body of every answer of [`RawH2`].
+pub const ANSWER: &[u8] = b"answered\n";
+
+fn frame(kind: u8, flags: u8, id: u32, payload: &[u8]) -> Vec<u8> {
+    let len = payload.len() as u32;
+    let mut f = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags];
+    f.extend_from_slice(&id.to_be_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
+fn answer(id: u32) -> Vec<u8> {
+    // HEADERS (END_HEADERS) with `:status: 200` (HPACK static index 8),
+    // then DATA with END_STREAM.
+    let mut out = frame(0x1, 0x4, id, &[0x88]);
+    out.extend(frame(0x0, 0x1, id, ANSWER));
+    out
+}
+
+fn go_away(last: u32, code: u32) -> Vec<u8> {
+    let mut payload = last.to_be_bytes().to_vec();
+    payload.extend_from_slice(&code.to_be_bytes());
+    frame(0x7, 0, 0, &payload)
+}
+
+async fn raw_connection(
+    mut stream: TcpStream,
+    conn: usize,
+    script: Script,
+    counts: Arc<RawCounts>,
+) -> std::io::Result<()> {
+    let mut preface = [0u8; 24];
+    stream.read_exact(&mut preface).await?;
+    assert_eq!(&preface, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "the client preface");
+    stream.write_all(&frame(0x4, 0, 0, &[])).await?;
+    let mut bodies: std::collections::HashMap<u32, Vec<u8>> = Default::default();
+    let mut held: Vec<u32> = Vec::new();
+    let mut last_seen = 0u32;
+    let mut nth = 0;
+    loop {
+        let mut head = [0u8; 9];
+        stream.read_exact(&mut head).await?;
+        let len = (usize::from(head[0]) << 16) | (usize::from(head[1]) << 8) | usize::from(head[2]);
+        let (kind, flags) = (head[3], head[4]);
+        let id = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff;
+        let mut payload = vec![0u8; len];
+        stream.read_exact(&mut payload).await?;
+        let ended = match kind {
+            // SETTINGS: acknowledged, unless an acknowledgement itself.
+            0x4 if flags & 0x1 == 0 => {
+                stream.write_all(&frame(0x4, 0x1, 0, &[])).await?;
+                false
+            }
+            // PING: answered.
+            0x6 if flags & 0x1 == 0 => {
+                stream.write_all(&frame(0x6, 0x1, 0, &payload)).await?;
+                false
+            }
+            // HEADERS: a request starts (its header block is not decoded).
+            0x1 => {
+                bodies.entry(id).or_default();
+                flags & 0x1 != 0
+            }
+            // DATA: the request's body.
+            0x0 => {
+                bodies.entry(id).or_default().extend_from_slice(&payload);
+                // Give the window back at once: small bodies only, but any
+                // number of them.
+                if !payload.is_empty() {
+                    let credit = (payload.len() as u32).to_be_bytes();
+                    stream.write_all(&frame(0x8, 0, 0, &credit)).await?;
+                    stream.write_all(&frame(0x8, 0, id, &credit)).await?;
+                }
+                flags & 0x1 != 0
+            }
+            _ => false,
+        };
+        if !ended {
+            continue;
+        }
+        let body = bodies.remove(&id).unwrap_or_default();
+        counts.requests.fetch_add(1, Ordering::SeqCst);
+        counts.bodies.lock().unwrap().push(body);
+        let act = script(Arrived { conn, nth_on_conn: nth, id });
+        nth += 1;
+        match act {
+            Act::Answer => stream.write_all(&answer(id)).await?,
+            Act::Reset(code) => stream.write_all(&frame(0x3, 0, id, &code.to_be_bytes())).await?,
+            Act::Hold => held.push(id),
+            Act::GoAway(code) => {
+                stream.write_all(&go_away(last_seen, code)).await?;
+                for id in held.drain(..) {
+                    stream.write_all(&answer(id)).await?;
+                }
+                stream.flush().await?;
+                // The client reads the answers, then finds the connection
+                // closed (a server closes after a GOAWAY once its streams
+                // are done).
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                return Ok(());
+            }
+            Act::GoAwayThenCut => {
+                stream.write_all(&go_away(id, NO_ERROR)).await?;
+                stream.flush().await?;
+                return Ok(());
+            }
+            Act::Cut => return Ok(()),
+        }
+        last_seen = last_seen.max(id);
+    }
+}
