@@ -18,8 +18,9 @@ use http_body::SizeHint;
 /// probe.extensions_mut().insert(DrainBudget::new(64 * 1024, Duration::from_millis(300)));
 /// ```
 ///
-/// The other rules still apply: `Connection: close`, HTTP/2, streams listed
-/// in [`stream_content_types`] and [`max_concurrent_drains`].
+/// The other rules still apply: `Connection: close`, streams listed in
+/// [`stream_content_types`] and [`max_concurrent_drains`]; an HTTP/2 body
+/// is never drained (its stream is reset at once).
 ///
 /// [`max_bytes`]: crate::DrainOnDropLayer::max_bytes
 /// [`max_time`]: crate::DrainOnDropLayer::max_time

@@ -205,9 +205,9 @@ mod tests {
     }
 
     #[test]
-    fn http2_is_framed_and_only_streams_skip() {
+    fn http2_is_framed_and_only_streams_are_named() {
         let h = headers(&[("content-length", "3")]);
-        assert_eq!(inspect(false, Version::HTTP_2, &h), None, "HTTP/2 is drained too");
+        assert_eq!(inspect(false, Version::HTTP_2, &h), None, "nothing to say: the policy resets it");
         assert_eq!(inspect(true, Version::HTTP_2, &h), None, "no connection-level headers there");
         let sse = headers(&[("content-type", "text/event-stream")]);
         assert_eq!(inspect(false, Version::HTTP_2, &sse), Some(Reason::Stream));

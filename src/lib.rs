@@ -4,7 +4,7 @@
 //!
 //! ```toml
 //! [dependencies]
-//! drain-on-drop = "0.6"
+//! drain-on-drop = "0.7"
 //! http = "1"
 //! http-body-util = "0.1"
 //! hyper = { version = "1", features = ["http1", "server"] }

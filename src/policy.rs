@@ -255,6 +255,20 @@ mod tests {
     }
 
     #[test]
+    fn an_http2_drop_is_reset_unread_whatever_the_budgets_unless_switched_off() {
+        let layer = shared(256 * 1024, Duration::from_millis(50), 1024);
+        let h2 = |remaining| AtDrop { http2: true, ..at(None, remaining) };
+        assert_eq!(skip(&layer, &h2(10)), Some(Reason::Reset), "a small body too: a drain saves nothing");
+        let big = Some(DrainBudget::new(1 << 30, Duration::from_secs(60)));
+        assert_eq!(skip(&layer, &AtDrop { request_budget: big, ..h2(10) }), Some(Reason::Reset));
+        let stream = AtDrop { head: Some(Reason::Stream), ..h2(0) };
+        assert_eq!(skip(&layer, &stream), Some(Reason::Stream), "counted as the open-ended stream it is");
+        let mut off = shared(256 * 1024, Duration::from_millis(50), 1024);
+        off.config.enabled = false;
+        assert_eq!(skip(&off, &h2(10)), Some(Reason::Disabled), "switched off: as hyper alone, and said so");
+    }
+
+    #[test]
     fn a_request_budget_replaces_the_layer_budget() {
         let layer = shared(256 * 1024, Duration::from_millis(50), 1024);
         let big = Some(DrainBudget::new(1 << 20, Duration::from_secs(1)));

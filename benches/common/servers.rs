@@ -191,8 +191,11 @@ impl Server {
         std::fs::write(prefix.join("root/len/1048576"), vec![b'n'; 1 << 20])?;
         std::fs::write(prefix.join("root/len/65536"), vec![b'n'; 1 << 16])?;
         let listen = match &self.tls {
+            // nginx 1.22's default `ssl_protocols` lack TLS 1.3, the only
+            // version the bench's certificate is offered with.
             Some(tls) => format!(
-                "ssl http2;\n        ssl_certificate {};\n        ssl_certificate_key {}",
+                "ssl http2;\n        ssl_protocols TLSv1.2 TLSv1.3;\n        ssl_certificate {};\n        \
+                 ssl_certificate_key {}",
                 tls.ca_pem_path().display(),
                 tls.key_pem_path().display()
             ),
