@@ -33,6 +33,15 @@ block() {
 }
 deps=$(block toml)
 code=$(block rust)
+# The https:// change the README gives: a second ```toml block (one
+# dependency) and the ```rust,ignore connector line.
+tls_dep=$(awk -v fence='```toml' '
+    /^## / { section = ($0 == "## Quick start"); next }
+    section && !inside && index($0, fence) == 1 { inside = 1; n++; next }
+    inside && /^```/ { inside = 0; next }
+    inside && n == 2 { print }
+  ' "$readme")
+tls_line=$(block rust,ignore)
 # The first ```$1 block of the crate root's rustdoc (`//! ` lines).
 root_block() {
   sed -n 's|^//! \{0,1\}||p' "$repo/src/lib.rs" | awk -v fence='```'"$1" '
@@ -93,3 +102,34 @@ out=$(timeout 60 cargo run --offline --quiet --manifest-path "$scratch/Cargo.tom
 printf '%s\n' "$out" | sed 's/^/    /'
 grep -q "early drops: 10 drained" <<<"$out" || fail "the quick start did not print 10 drained early drops"
 echo "quickstart: README quick start runs and drains"
+
+# The https:// variant, as the README tells a reader to make it: its
+# hyper-rustls line added to the dependencies, its connector line in place of
+# the program's, run against a local HTTPS keep-alive server whose
+# self-signed certificate is the only root the client trusts (SSL_CERT_FILE,
+# which rustls-native-certs reads).
+[ -n "$tls_dep" ] && [ -n "$tls_line" ] || fail "no https:// change (a second \`\`\`toml block and a \`\`\`rust,ignore line) under '## Quick start'"
+command -v openssl >/dev/null || fail "openssl is needed for the https:// run (apt-get install openssl)"
+grep -q '^    let connector = layer.observe(HttpConnector::new());' <<<"$code" || fail "the quick start's connector line moved"
+mkdir "$scratch/https"
+printf '%s\n' "$tls_dep" >>"$scratch/Cargo.toml"
+# The program's `HttpConnector` import is unused then: a warning a reader
+# sees, not an error.
+sed -i 's/^warnings = "deny"$/warnings = "deny"\nunused_imports = "allow"/' "$scratch/Cargo.toml"
+line=$(sed 's/[&|\\]/\\&/g' <<<"$tls_line")
+sed "s|^    let connector = layer.observe(HttpConnector::new());.*|    $line|" <<<"$code" >"$scratch/src/main.rs"
+rm -r "$scratch/src/bin"
+openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=localhost \
+    -addext subjectAltName=DNS:localhost -addext basicConstraints=critical,CA:FALSE \
+    -keyout "$scratch/https/key.pem" -out "$scratch/https/cert.pem" 2>/dev/null
+python3 "$repo/.ci/keepalive_server.py" "$scratch/https/port" --tls "$scratch/https/cert.pem" "$scratch/https/key.pem" &
+server=$!
+trap 'kill $server 2>/dev/null; rm -rf "$scratch"' EXIT
+for _ in $(seq 100); do [ -s "$scratch/https/port" ] && break; sleep 0.1; done
+[ -s "$scratch/https/port" ] || fail "the local HTTPS server did not start"
+url="https://localhost:$(cat "$scratch/https/port")/"
+cargo build --offline --manifest-path "$scratch/Cargo.toml"
+out=$(SSL_CERT_FILE="$scratch/https/cert.pem" timeout 60 cargo run --offline --quiet --manifest-path "$scratch/Cargo.toml" -- "$url")
+printf '%s\n' "$out" | sed 's/^/    /'
+grep -q "early drops: 10 drained" <<<"$out" || fail "the quick start did not drain 10 early drops over https://"
+echo "quickstart: README quick start, with its https:// line, runs against $url and drains"

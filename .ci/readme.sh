@@ -12,8 +12,9 @@
 #   see, reuse included;
 # - the stack in "Where it goes in a stack" is stacks/examples/stack.rs's,
 #   line for line (that example is built and run by .ci/examples.sh), and
-#   its retry policy is the recipes' (src/recipes.md, run as doctests of
-#   `stacks`);
+#   the recipe's it links to (src/recipes.md, run as doctests of `stacks`);
+# - every Rust block compiles as shown or is an excerpt whose section links
+#   to a compiled page on docs.rs;
 # - "Working on it" says what `cargo test` builds and how long it takes.
 #
 # `bash .ci/readme.sh publish [cargo args]` runs the README's publish
@@ -102,16 +103,34 @@ subsequence() { # $1: lines expected in order in $2
 }
 stack=$(block "Where it goes in a stack" rust)
 [ -n "$stack" ] || fail "no rust block under 'Where it goes in a stack'"
-grep -q '^impl.*Policy<' <<<"$stack" || fail "the stack's retry policy is not written out"
 missing=$(subsequence "$stack" "$(cat stacks/examples/stack.rs)") ||
     fail "the README's stack is not stacks/examples/stack.rs's; first line not found there, in order: $missing"
-policy=$(sed '/^let /,$d' <<<"$stack")
-# The recipe's code, its hidden lines (`# `) shown.
+# The recipe the README links to for the whole program, its hidden lines (`# `) shown.
 recipe=$(awk '/^```/ { code = !code } !code && /^# / { on = ($0 == "# A tower-http stack"); next } on' src/recipes.md |
     sed 's/^# //; s/^#$//')
-missing=$(subsequence "$policy" "$recipe") ||
-    fail "the README's retry policy is not the recipes' (src/recipes.md, 'A tower-http stack'): $missing"
-echo "readme: the stack is stacks/examples/stack.rs's, its retry policy the recipes'"
+missing=$(subsequence "$stack" "$recipe") ||
+    fail "the README's stack is not the recipes' (src/recipes.md, 'A tower-http stack'): $missing"
+echo "readme: the stack is stacks/examples/stack.rs's and the recipes'"
+
+# Every Rust block of the README compiles as shown (the quick start's, built
+# and run by .ci/quickstart.sh; `no_run` ones are doctests too), or is an
+# excerpt (`rust,ignore`) whose section links to a compiled, published page
+# (docs.rs).
+section_of_ignored=$(awk '/^## / { h = $0 } /^```rust,ignore/ { print h }' README.md | sort -u)
+while read -r heading; do
+    # The quick start's excerpt (its https:// connector line) is built and
+    # run by .ci/quickstart.sh, in the program it changes.
+    [ -n "$heading" ] && [ "$heading" != "## Quick start" ] || continue
+    awk -v h="$heading" '/^## / { on = ($0 == h); next } on' README.md | grep -q 'https://docs.rs/drain-on-drop/' ||
+        fail "an excerpt (\`\`\`rust,ignore) under '$heading' links to no compiled page on docs.rs"
+done <<<"$section_of_ignored"
+echo "readme: every excerpt's section links to its compiled page"
+
+# One figure for what `cargo test` costs, in 'Working on it'.
+mins=$(grep -c 'cargo test .*# .*[0-9] min' README.md || true)
+[ "$mins" -le 2 ] || fail "README states what \`cargo test\` takes in $mins places; one figure, in 'Working on it'"
+grep -q 'cargo test  *#.*[0-9] min' <(sed -n '1,20p' README.md) &&
+    fail "the README's first lines state a \`cargo test\` time: 'Working on it' has the one figure"
 
 # What `cargo test` costs.
 working=$(block "Working on it" sh)

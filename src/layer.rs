@@ -335,3 +335,94 @@ impl<S> DrainOnDrop<S> {
         DrainOnDropLayer::new()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sizing::{CEILING_TIME, DEFAULT_MAX_BYTES, DEFAULT_MAX_TIME, slow_start_rounds};
+
+    /// The cell after the setter in `doc`'s table row for `setter`.
+    fn table_default<'a>(doc: &'a str, what: &str, setter: &str) -> &'a str {
+        let row = doc
+            .lines()
+            .find(|l| l.starts_with(&format!("| `{setter}")))
+            .unwrap_or_else(|| panic!("{what} has no table row for `{setter}`"));
+        row.split('|').nth(2).unwrap_or_else(|| panic!("{what}: `{setter}`'s row has no default")).trim()
+    }
+
+    /// The rustdoc of `fn name` in this file.
+    fn rustdoc_of(name: &str) -> String {
+        let source = include_str!("layer.rs");
+        let at = source.find(&format!("pub fn {name}")).unwrap_or_else(|| panic!("no `pub fn {name}`"));
+        let doc: Vec<&str> =
+            source[..at].lines().rev().skip(1).take_while(|l| l.trim_start().starts_with("///")).collect();
+        doc.into_iter().rev().collect::<Vec<_>>().join("\n")
+    }
+
+    /// Every default the README's and the guide's setter tables state, and
+    /// the setter's own rustdoc, against the code's: a default changed in
+    /// one place and not the others fails here.
+    #[test]
+    fn the_readme_the_guide_and_the_rustdoc_state_the_defaults_the_code_has() {
+        let config = Config::default();
+        let kib = DEFAULT_MAX_BYTES / 1024;
+        let rounds = slow_start_rounds(DEFAULT_MAX_BYTES) + 1;
+        let (min_ms, max_s) = (DEFAULT_MAX_TIME.as_millis(), CEILING_TIME.as_secs());
+        let on_off = |b: bool| if b { "on" } else { "off" };
+        // (setter, what its default cell must contain, what its rustdoc must).
+        let mut rows: Vec<(&str, Vec<String>, Vec<String>)> = vec![
+            ("max_bytes", vec![format!("{kib} KiB")], vec![format!("Default is {kib} KiB")]),
+            (
+                "max_time",
+                vec![format!("{rounds} round trips"), format!("{min_ms} ms to {max_s} s")],
+                vec![format!("{min_ms} ms"), format!("{max_s} s")],
+            ),
+            (
+                "max_concurrent_drains",
+                vec![config.max_concurrent_drains.to_string()],
+                vec![format!("Default is {}", config.max_concurrent_drains)],
+            ),
+            (
+                "enabled",
+                vec![on_off(config.enabled).into()],
+                vec![format!("Default is {}", on_off(config.enabled))],
+            ),
+            ("adaptive", vec![on_off(config.budgets.adaptive()).into()], vec!["Default is off".into()]),
+            ("default_origin", vec!["none".into()], vec!["Default is none".into()]),
+        ];
+        assert!(config.default_origin.is_none());
+        let types: Vec<String> = config.stream_types.iter().map(|t| format!("\"{t}\"")).collect();
+        rows.push(("stream_content_types", vec!["`text/event-stream`".into()], types));
+        let guide = include_str!("../docs/GUIDE.md");
+        let readme = include_str!("../README.md");
+        for (setter, cell, rustdoc) in &rows {
+            let doc = rustdoc_of(setter);
+            for want in rustdoc {
+                assert!(doc.contains(want.as_str()), "the rustdoc of `{setter}` should say {want:?}:\n{doc}");
+            }
+            for (what, text) in [("README.md", readme), ("docs/GUIDE.md", guide)] {
+                let stated = table_default(text, what, setter);
+                for want in cell {
+                    assert!(
+                        stated.contains(want.as_str()),
+                        "{what} gives `{setter}` the default {stated:?}, not {want:?}"
+                    );
+                }
+            }
+        }
+        // Every stream type by its name in the guide's row; the README names gRPC.
+        let guide_types = table_default(guide, "docs/GUIDE.md", "stream_content_types");
+        for t in config.stream_types.iter() {
+            assert!(
+                guide_types.contains(&format!("`{t}`")),
+                "docs/GUIDE.md's stream types lack {t}: {guide_types}"
+            );
+        }
+        assert!(table_default(readme, "README.md", "stream_content_types").contains("gRPC"));
+        #[cfg(feature = "http2")]
+        for (what, text) in [("README.md", readme), ("docs/GUIDE.md", guide)] {
+            let stated = table_default(text, what, "RetryRefusedLayer::max_retries");
+            assert_eq!(stated, crate::http2::MAX_RETRIES.to_string(), "{what}: `max_retries`");
+        }
+    }
+}

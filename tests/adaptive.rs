@@ -381,7 +381,13 @@ async fn a_lan_like_origin_stops_draining_large_bodies_once_measured() {
         DrainOnDropLayer::new().adaptive().max_bytes(4 * MIB as u64).max_time(Duration::from_secs(1));
     let Run { conns, stats: s, origins, .. } =
         run(&server, Duration::ZERO, adaptive, true, &repeat("/", Caller::Drops, 10), NEVER).await;
-    assert!(s.count(Reason::DeclaredOverBudget) >= 8, "measured slow, then skipped: {s:?} {origins:?}");
+    // Drops before the link was measured (a drain on a connection past its
+    // first response) are drained: two on a quiet machine; on a busy one a
+    // third at times, when hyper-util dialed for the next request while the
+    // first warm drain ran (with busy loops on both cores: 2 in 8 runs of
+    // 12, 3 in the other 4; the bound of 8 this test once had failed CI).
+    println!("drained before the link was measured: {}", s.drained);
+    assert!(s.count(Reason::DeclaredOverBudget) >= 7, "measured slow, then skipped: {s:?} {origins:?}");
     assert!(conns >= 8, "new connections are cheaper here: {conns}");
 }
 

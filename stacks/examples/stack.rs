@@ -115,7 +115,7 @@ async fn main() -> Result<(), Error> {
     let base = local_server().await?;
 
     let drain = DrainOnDropLayer::new();
-    let stats = drain.stats();
+    let stats = drain.stats(); // the counters, kept before the layer moves into the stack
     let connector = drain.observe(HttpConnector::new());
     let client = Client::builder(TokioExecutor::new()).build::<_, Empty<Bytes>>(connector);
     let early_drops = Arc::new(AtomicU64::new(0));
