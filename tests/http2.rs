@@ -242,17 +242,23 @@ async fn drops_at_one_server_never_hold_back_path_only_requests_to_another() {
     }
 }
 
-/// (6) 45 event streams dropped at once (more than any pace of resets the
-/// layer ever kept): none is held, the next request is not held back.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn event_streams_dropped_at_once_are_all_reset_and_hold_back_nothing() {
-    const N: usize = 45;
-    let server = H2Paths::start(None).await;
-    let layer = layer();
+/// `n` requests of `path` sent at once by `n` callers through `layer`, their
+/// responses dropped together once every head came; nothing is held after
+/// ([`none_held`]). Returns the service, for the request after.
+async fn drop_at_once(
+    server: &H2Paths,
+    layer: &DrainOnDropLayer,
+    path: &str,
+    n: usize,
+) -> impl Service<
+    http::Request<Empty<Bytes>>,
+    Response = http::Response<drain_on_drop::DrainBody<hyper::body::Incoming>>,
+    Error = hyper_util::client::legacy::Error,
+> + Clone {
     let svc = ServiceBuilder::new().layer(layer.clone()).service(h2_client());
-    let heads: Vec<_> = (0..N)
+    let heads: Vec<_> = (0..n)
         .map(|_| {
-            let (mut svc, uri) = (svc.clone(), server.uri("/sse"));
+            let (mut svc, uri) = (svc.clone(), server.uri(path));
             tokio::spawn(async move { head(&mut svc, uri).await.0 })
         })
         .collect();
@@ -261,8 +267,19 @@ async fn event_streams_dropped_at_once_are_all_reset_and_hold_back_nothing() {
         responses.push(h.await.unwrap());
     }
     drop(responses);
-    none_held("/sse", &layer, N);
-    let (res, took) = head(&mut svc.clone(), server.uri("/small")).await;
+    none_held(path, layer, n);
+    svc
+}
+
+/// (6) 45 event streams dropped at once (more than any pace of resets the
+/// layer ever kept): none is held, the next request is not held back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn event_streams_dropped_at_once_are_all_reset_and_hold_back_nothing() {
+    const N: usize = 45;
+    let server = H2Paths::start(None).await;
+    let layer = layer();
+    let mut svc = drop_at_once(&server, &layer, "/sse", N).await;
+    let (res, took) = head(&mut svc, server.uri("/small")).await;
     assert_eq!(read_all(res.into_body()).await.unwrap(), b"small body\n");
     wait_for("the server to see 45 streams reset", HOLD_BOUND, || server.cancelled() == N).await;
     let s = settle(&layer.stats(), SLACK).await;
@@ -279,20 +296,8 @@ async fn dropped_streams_never_stall_other_responses_on_the_connection() {
     const N: usize = 45;
     let server = H2Paths::start(None).await;
     let layer = layer();
-    let svc = ServiceBuilder::new().layer(layer.clone()).service(h2_client());
-    let heads: Vec<_> = (0..N)
-        .map(|_| {
-            let (mut svc, uri) = (svc.clone(), server.uri("/flood"));
-            tokio::spawn(async move { head(&mut svc, uri).await.0 })
-        })
-        .collect();
-    let mut responses = Vec::new();
-    for h in heads {
-        responses.push(h.await.unwrap());
-    }
-    drop(responses);
-    none_held("/flood", &layer, N);
-    let (res, _) = head(&mut svc.clone(), server.uri(&format!("/len/{}", 8 * MIB))).await;
+    let mut svc = drop_at_once(&server, &layer, "/flood", N).await;
+    let (res, _) = head(&mut svc, server.uri(&format!("/len/{}", 8 * MIB))).await;
     let start = Instant::now();
     let body = tokio::time::timeout(HOLD_BOUND, read_all(res.into_body()))
         .await
