@@ -32,12 +32,29 @@
 //!
 //! **Servers that punish resets.** Node's nghttp2 takes at most 1,000
 //! RST_STREAM frames per connection in a burst, then 33 a second, and past
-//! that sends GOAWAY INTERNAL_ERROR. Go's client keeps its resets within
-//! what the server has seen (a reset stream counts against the stream
-//! limit until a PING sent with it is answered), which a layer cannot do:
-//! it sees no connection. What a server refuses that way it never
-//! processed, and [`RetryRefused`](crate::RetryRefused) sends it again on
-//! another connection ([`never_processed`]); nginx's graceful GOAWAY after
+//! that sends GOAWAY INTERNAL_ERROR; Node 20 also never gives back the
+//! session memory it counted for response bytes still queued on a stream
+//! the client resets, and a session whose 10 MB are spent refuses new
+//! streams with ENHANCE_YOUR_CALM, a refusal no client may take as
+//! unprocessed. Go's client keeps its resets within what the server has
+//! seen (a reset stream counts against the stream limit until a PING sent
+//! with it is answered, past which it dials another connection: on Node,
+//! one per some 70 drops). The layer sees no PING; it keeps each
+//! connection's resets within a share instead ([`Resets`]): once an
+//! origin's streams were reset [`RESETS_PER_CONNECTION`] times, the
+//! connection of the next response takes no new request (hyper-util's
+//! `Connected::poison`, reached through `capture_connection`): hyper-util
+//! dials another, and the old one ends when its open streams do. 250, a
+//! quarter of nghttp2's burst: at 500, 64 callers dropping 1 MiB bodies
+//! filled a Node session (14 of 2,000 refused, h2c); at 250, none in every
+//! run measured. Elsewhere a handshake per 250 drops costs nothing
+//! measurable; over TLS with ALPN and no `http2_only`, hyper-util dials
+//! one for each request waiting until one has negotiated h2 (as it does
+//! for a first connection), and keeps one. Only hyper-util's `Client` can
+//! be told so; hyper's own connections and tonic's `Channel` keep theirs.
+//! What a server refuses past its limit anyway it never processed, and
+//! [`RetryRefused`](crate::RetryRefused) sends it again on another
+//! connection ([`never_processed`]); nginx's graceful GOAWAY after
 //! `keepalive_requests` is retried the same way.
 //!
 //! **What may be sent again** ([`never_processed`]): a request the server
@@ -54,17 +71,82 @@
 //! [`MAX_RETRIES`] times at most (Go: 6, the first at once, then 1 s,
 //! doubling).
 
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 #[cfg(feature = "http2")]
 use std::time::Duration;
+
+use http::Request;
+use hyper_util::client::legacy::connect::{CaptureConnection, capture_connection};
 
 use crate::outcome::Reason;
 
 /// What becomes of an HTTP/2 body dropped before its end, given what its
 /// head said (`headers::inspect`: only ever an open-ended stream on
 /// HTTP/2): reset at once, unread, counted `stream` if it was one and
-/// `reset` otherwise.
-pub(crate) fn early_drop(head: Option<Reason>) -> Reason {
+/// `reset` otherwise. The reset counts towards its origin's connection's
+/// share (`resets_per_connection`, see [`Resets`]).
+pub(crate) fn early_drop(
+    head: Option<Reason>,
+    origin: Option<&Resets>,
+    resets_per_connection: usize,
+) -> Reason {
+    if let Some(resets) = origin {
+        resets.count(resets_per_connection);
+    }
     head.unwrap_or(Reason::Reset)
+}
+
+/// Stream resets an HTTP/2 connection takes from early drops before it
+/// takes no new request, unless set otherwise
+/// (`DrainOnDropLayer::http2_resets_per_connection`): a quarter of the
+/// 1,000 RST_STREAM frames nghttp2 takes in a burst (see the module's
+/// docs for why not half).
+pub(crate) const RESETS_PER_CONNECTION: usize = 250;
+
+/// One origin's early-drop resets since its HTTP/2 connection last moved
+/// on. hyper-util's pool keeps one HTTP/2 connection per origin, so an
+/// origin's count is its connection's (when two are open for a moment, the
+/// count is the sum, and the move comes early: one handshake sooner).
+/// Atomics only: counted in the drop, which takes no lock.
+#[derive(Debug, Default)]
+pub(crate) struct Resets {
+    since_move: AtomicUsize,
+    /// The share is spent: the next request's connection is to move on.
+    move_on: AtomicBool,
+}
+
+impl Resets {
+    /// An early drop reset one of the origin's streams: past `share` (`0`:
+    /// never), the connection is to take no new request.
+    fn count(&self, share: usize) {
+        if share == 0 {
+            return;
+        }
+        if self.since_move.fetch_add(1, Ordering::Relaxed) + 1 >= share {
+            self.since_move.store(0, Ordering::Relaxed);
+            self.move_on.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// At the request's `call`: once the share is spent, asks hyper-util's
+    /// `Client` which connection the request goes on (an allocation, for
+    /// that request only).
+    pub(crate) fn capture<B>(&self, req: &mut Request<B>) -> Option<CaptureConnection> {
+        self.move_on.load(Ordering::Relaxed).then(|| capture_connection(req))
+    }
+
+    /// At the response head of a request [`capture`](Self::capture)d: its
+    /// connection, the one the resets went to (or a newer one), takes no
+    /// new request. Once: the first such response clears the mark, even
+    /// when no connection was told (a service other than hyper-util's
+    /// `Client`, which fills in none: nothing can move there).
+    pub(crate) fn move_on(&self, captured: &CaptureConnection) {
+        if self.move_on.swap(false, Ordering::Relaxed)
+            && let Some(connection) = captured.connection_metadata().as_ref()
+        {
+            connection.poison();
+        }
+    }
 }
 
 /// Retries of a refused request, at most, unless set otherwise (Go's
@@ -130,8 +212,27 @@ mod tests {
 
     #[test]
     fn a_dropped_http2_body_is_reset_and_an_open_ended_stream_counted_as_one() {
-        assert_eq!(early_drop(None), Reason::Reset);
-        assert_eq!(early_drop(Some(Reason::Stream)), Reason::Stream);
+        assert_eq!(early_drop(None, None, RESETS_PER_CONNECTION), Reason::Reset);
+        assert_eq!(early_drop(Some(Reason::Stream), None, RESETS_PER_CONNECTION), Reason::Stream);
+    }
+
+    #[test]
+    fn a_connection_moves_on_once_per_share_of_resets_and_never_with_a_share_of_0() {
+        let resets = Resets::default();
+        let mut req = Request::new(());
+        for _ in 0..2 {
+            resets.count(3);
+            assert!(resets.capture(&mut req).is_none(), "within the share");
+        }
+        resets.count(3);
+        let captured = resets.capture(&mut req).expect("the share is spent");
+        resets.move_on(&captured);
+        assert!(resets.capture(&mut req).is_none(), "moved on once; counting again");
+        let off = Resets::default();
+        for _ in 0..10_000 {
+            off.count(0);
+        }
+        assert!(off.capture(&mut req).is_none());
     }
 
     #[cfg(feature = "http2")]

@@ -201,12 +201,17 @@
 //! again, and never a request the server may have processed. reqwest does
 //! this itself since 0.12.23: its road needs nothing more.
 //!
-//! Node 20 punishes resets in a way no retry mends: it never gives back the
+//! **No connection takes more resets than a server bears.** Node 20 punishes
+//! resets a second way, which no retry mends: it never gives back the
 //! session memory it counted for response bytes still queued on a stream
 //! the client resets, and past 10 MB refuses new streams with
-//! ENHANCE_YOUR_CALM (which a client may not take as unprocessed). Every
-//! client that resets dropped streams meets it at high rates, Go's
-//! included; docs/BENCHMARKS.md has the figures.
+//! ENHANCE_YOUR_CALM (which a client may not take as unprocessed). Go's
+//! client keeps its resets within what the server has seen with a PING,
+//! and dials another connection past that; the layer moves an origin's
+//! connection on after 250 resets
+//! ([`http2_resets_per_connection`](DrainOnDropLayer::http2_resets_per_connection)):
+//! hyper-util's `Client` dials another, and no Node session reaches its
+//! reset limit or fills (docs/BENCHMARKS.md section 9 has the figures).
 //!
 //! Requests whose origin is added below the layer (tonic's `Channel` adds
 //! the authority) are counted under [`DrainOnDropLayer::default_origin`].

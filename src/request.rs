@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use http::{Extensions, HeaderMap, Request, Uri};
+use hyper_util::client::legacy::connect::CaptureConnection;
 
 use crate::budget::DrainBudget;
 use crate::event::{self, Trace};
@@ -26,6 +27,10 @@ pub(crate) struct RequestInfo {
     /// When the request was called: the time to its response head is a
     /// sample of the origin's round trip.
     pub(crate) sent_at: Option<Instant>,
+    /// The connection hyper-util's `Client` sends it on, asked for once its
+    /// origin's HTTP/2 connection has taken its share of resets
+    /// (`http2::Resets`).
+    pub(crate) captured: Option<CaptureConnection>,
 }
 
 /// The origin a service's last request went to: the next request to the
@@ -37,6 +42,20 @@ pub(crate) type LastOrigin = Option<Arc<Origin>>;
 impl RequestInfo {
     pub(crate) fn read<B>(shared: &Arc<Shared>, req: &Request<B>, last: &mut LastOrigin) -> Self {
         RequestInfo::of_head(shared, req.uri(), req.headers(), req.extensions(), last)
+    }
+
+    /// The same for a request the layer's service sends through the inner
+    /// one (hyper-util's `Client`, which can say which connection it goes
+    /// on: asked once its origin's connection has taken its share of
+    /// resets, `http2::Resets`).
+    pub(crate) fn read_for_client<B>(
+        shared: &Arc<Shared>,
+        req: &mut Request<B>,
+        last: &mut LastOrigin,
+    ) -> Self {
+        let mut info = RequestInfo::read(shared, req, last);
+        info.captured = info.origin.as_ref().and_then(|origin| origin.resets.capture(req));
+        info
     }
 
     /// The same from a request's head, about to be sent now.
@@ -62,6 +81,7 @@ impl RequestInfo {
             trace,
             origin,
             sent_at: Some(Instant::now()),
+            captured: None,
         }
     }
 
@@ -76,6 +96,7 @@ impl RequestInfo {
             trace: event::debug_enabled().then(|| Trace::capture(String::new())),
             origin: None,
             sent_at: None,
+            captured: None,
         }
     }
 }

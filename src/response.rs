@@ -57,6 +57,9 @@ pub(crate) fn at_response<B: Body>(response: &mut Response<B>, request: RequestI
     }
     let observed = reuse.map(|conn| (conn.reused, conn.setup_time));
     let origin = request.origin.map(|origin| {
+        if let Some(captured) = &request.captured {
+            origin.resets.move_on(captured);
+        }
         if let Some(sent_at) = request.sent_at {
             let now = Instant::now();
             origin.record_head(now, now.saturating_duration_since(sent_at));

@@ -77,8 +77,8 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
-        let request = RequestInfo::read(&self.shared, &req, &mut self.last);
+    fn call(&mut self, mut req: Request<ReqBody>) -> Self::Future {
+        let request = RequestInfo::read_for_client(&self.shared, &mut req, &mut self.last);
         ResponseFuture::new(self.inner.call(req), request)
     }
 }

@@ -34,6 +34,10 @@ use tower::{Service, ServiceBuilder, ServiceExt};
 
 const CALLERS: usize = 16;
 
+/// Early-drop resets a connection takes before it moves on: the layer's
+/// default `http2_resets_per_connection`.
+const SHARE: usize = 250;
+
 /// How long a request may take to its head, or a body to its end, before
 /// the test calls it held back by a drop: the layer's time budget here is
 /// 30 s; an answer takes milliseconds.
@@ -121,8 +125,9 @@ async fn with_the_h2_users_resolve_hyper_util_alone_loses_no_request_to_resets()
     assert_eq!(server.accepted.load(Ordering::SeqCst), 1, "{run:?}");
 }
 
-/// The same traffic through the layer: every request succeeds, on one
-/// connection; every drop is counted once, reset, with nothing read.
+/// The same traffic through the layer: every request succeeds, on a
+/// connection per [`SHARE`] drops (see
+/// `a_connection_takes_no_new_request_after_its_share_of_resets`); every drop is counted once, reset, with nothing read.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_the_layer_the_same_traffic_loses_nothing_and_reads_nothing() {
     const N: usize = 2_000;
@@ -131,10 +136,46 @@ async fn with_the_layer_the_same_traffic_loses_nothing_and_reads_nothing() {
     let svc = ServiceBuilder::new().layer(layer.clone()).service(h2_client());
     let run = h2_traffic(svc, server.uri(&format!("/len/{MIB}")), CALLERS, N, false).await;
     assert_eq!((run.sent, run.failed), (N, 0), "{run:?}");
-    assert_eq!(server.accepted.load(Ordering::SeqCst), 1, "one connection, never given up: {run:?}");
+    let accepted = server.accepted.load(Ordering::SeqCst);
+    assert!(
+        (N / SHARE..=N / SHARE + 1).contains(&accepted),
+        "a connection per {SHARE} resets, never one given up by the server: {accepted}, {run:?}"
+    );
     let s = settle(&layer.stats(), SLACK).await;
     assert_eq!(s.count(Reason::Reset), N as u64, "each early drop reset, counted once: {s:?}");
     assert_eq!(s.bytes_drained, 0, "{s:?}");
+}
+
+/// An origin's HTTP/2 connection takes no new request once early drops
+/// reset its share of streams: one caller, 45 drops, shares of 10: the
+/// drops 10, 20, 30 and 40 spend a share, the response after each moves its
+/// connection on, and the server sees 5 connections, the old ones closed
+/// by the client once their streams ended. A share of 0 keeps one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_takes_no_new_request_after_its_share_of_resets() {
+    for (share, connections) in [(10, 5), (0, 1)] {
+        let server = H2Paths::start(None).await;
+        let layer = layer().http2_resets_per_connection(share);
+        let mut svc = ServiceBuilder::new().layer(layer.clone()).service(h2_client());
+        for _ in 0..45 {
+            let (res, _) = head(&mut svc, server.uri(&format!("/len/{MIB}"))).await;
+            drop(res);
+        }
+        let (res, _) = head(&mut svc, server.uri("/small")).await;
+        assert_eq!(read_all(res.into_body()).await.unwrap(), b"small body\n");
+        assert_eq!(server.accepted.load(Ordering::SeqCst), connections, "share {share}");
+        wait_for(
+            &format!(
+                "share {share}: the client to close the {} connections it moved on from",
+                connections - 1
+            ),
+            HOLD_BOUND,
+            || server.closed.load(Ordering::SeqCst) == connections - 1,
+        )
+        .await;
+        let s = settle(&layer.stats(), SLACK).await;
+        assert_eq!(s.count(Reason::Reset), 45, "share {share}: {s:?}");
+    }
 }
 
 /// (1) A body trickling 1 KiB every 2 ms, without and with a length: the

@@ -36,6 +36,9 @@ pub(crate) struct Origin {
     epoch: Instant,
     /// Drains of this origin holding a slot under `max_concurrent_drains`.
     drains: AtomicUsize,
+    /// Its HTTP/2 streams reset by early drops, against its connection's
+    /// share (`http2.rs`).
+    pub(crate) resets: crate::http2::Resets,
 }
 
 impl Origin {
@@ -48,6 +51,7 @@ impl Origin {
             heads: heads::HeadTimes::default(),
             epoch: Instant::now(),
             drains: AtomicUsize::new(0),
+            resets: crate::http2::Resets::default(),
         }
     }
 

@@ -1,6 +1,6 @@
 //! HTTP/2 over TLS, negotiated with ALPN (what most HTTPS APIs speak, and
 //! reqwest's default over TLS): 16 callers dropping 1 MiB bodies after
-//! their heads, through the layer, lose no request, on one connection; each
+//! their heads, through the layer, lose no request, on a connection per 250 drops; each
 //! drop is reset at once, nothing read. (With h2 0.4.20 and older,
 //! hyper-util alone lost requests here to its own GOAWAY
 //! `too_many_internal_resets`; tests/http2.rs checks the h2 this build has.)
@@ -88,7 +88,15 @@ async fn over_tls_with_alpn_h2_early_drops_are_reset_at_once_and_cost_no_request
     read_all(res.into_body()).await.unwrap();
     let run = h2_traffic(svc, uri, 16, N, false).await;
     assert_eq!((run.sent, run.failed), (N, 0), "{run:?}");
-    assert_eq!(accepted.load(Ordering::SeqCst), 1, "one connection: {run:?}");
+    // The connection moves on after each 250 resets (the layer's default
+    // `http2_resets_per_connection`); until the next has negotiated h2 by
+    // ALPN, hyper-util dials one for each of the 16 callers waiting, as it
+    // does for the first, and keeps one.
+    let (accepted, moves) = (accepted.load(Ordering::SeqCst), N / 250);
+    assert!(
+        (1 + moves..=1 + moves * 16).contains(&accepted),
+        "a connection per 250 resets, each dialed by up to 16 callers: {accepted}, {run:?}"
+    );
     let s = layer.stats().snapshot();
     assert_eq!(s.count(Reason::Reset), N as u64, "each drop reset, counted once (the first was read): {s:?}");
     assert_eq!((s.bytes_drained, s.in_flight), (0, 0), "nothing read, nothing held: {s:?}");

@@ -83,6 +83,8 @@ pub struct H2Paths {
     pub addr: SocketAddr,
     pub accepted: Arc<AtomicUsize>,
     pub counts: Arc<PathCounts>,
+    /// Connections whose serving ended (the client closed them).
+    pub closed: Arc<AtomicUsize>,
 }
 
 impl H2Paths {
@@ -90,10 +92,12 @@ impl H2Paths {
     /// (hyper's default, 200, with `None`).
     pub async fn start(max_streams: Option<u32>) -> H2Paths {
         let counts = Arc::new(PathCounts::default());
-        let c = counts.clone();
+        let closed = Arc::new(AtomicUsize::new(0));
+        let (c, ended) = (counts.clone(), closed.clone());
         let (addr, accepted) = accept_each(move |io: TokioIo<TcpStream>| {
             let _ = io.inner().set_nodelay(true);
             let counts = c.clone();
+            let ended = ended.clone();
             async move {
                 let service = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
                     let counts = counts.clone();
@@ -104,10 +108,11 @@ impl H2Paths {
                     builder.max_concurrent_streams(n);
                 }
                 let _ = builder.serve_connection(io, service).await;
+                ended.fetch_add(1, Ordering::SeqCst);
             }
         })
         .await;
-        H2Paths { addr, accepted, counts }
+        H2Paths { addr, accepted, counts, closed }
     }
 
     pub fn uri(&self, path: &str) -> http::Uri {
