@@ -87,10 +87,10 @@ use crate::outcome::Reason;
 /// share (`resets_per_connection`, see [`Resets`]).
 pub(crate) fn early_drop(
     head: Option<Reason>,
-    origin: Option<&Resets>,
+    resets: Option<&Resets>,
     resets_per_connection: usize,
 ) -> Reason {
-    if let Some(resets) = origin {
+    if let Some(resets) = resets {
         resets.count(resets_per_connection);
     }
     head.unwrap_or(Reason::Reset)

@@ -65,9 +65,9 @@ pub(crate) fn decide(shared: &Shared, at: &AtDrop, now: Instant) -> (Decision, O
         return (Decision::Skip(Reason::Disabled), None);
     }
     if at.http2 {
-        let origin = at.origin.as_ref().map(|o| &o.origin.resets);
+        let resets = at.origin.as_ref().map(|o| &o.origin.resets);
         return (
-            Decision::Skip(http2::early_drop(at.head, origin, config.http2_resets_per_connection)),
+            Decision::Skip(http2::early_drop(at.head, resets, config.http2_resets_per_connection)),
             None,
         );
     }
