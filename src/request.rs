@@ -48,14 +48,15 @@ impl RequestInfo {
     /// one (hyper-util's `Client`, which can say which connection it goes
     /// on: asked once its origin's connection has taken its share of
     /// resets, `http2::Resets`).
+    #[inline]
     pub(crate) fn read_for_client<B>(
         shared: &Arc<Shared>,
         req: &mut Request<B>,
         last: &mut LastOrigin,
     ) -> Self {
-        let mut info = RequestInfo::read(shared, req, last);
-        info.captured = info.origin.as_ref().and_then(|origin| origin.resets.capture(req));
-        info
+        let origin = origin_of(shared, req.uri(), req.headers(), last);
+        let captured = origin.as_ref().and_then(|origin| origin.resets.capture(req));
+        RequestInfo::with_origin(shared, req.headers(), req.extensions(), origin, captured)
     }
 
     /// The same from a request's head, about to be sent now.
@@ -66,12 +67,22 @@ impl RequestInfo {
         extensions: &Extensions,
         last: &mut LastOrigin,
     ) -> Self {
-        let origin = match (last.as_ref(), uri.authority()) {
-            (Some(origin), Some(authority)) if origin.spelled(uri.scheme_str(), authority.as_str()) => {
-                Some(origin.clone())
-            }
-            _ => find(shared, uri, headers, last),
-        };
+        let origin = origin_of(shared, uri, headers, last);
+        RequestInfo::with_origin(shared, headers, extensions, origin, None)
+    }
+
+    /// The rest of what `call` learns, once the request's origin is known:
+    /// built once, in place, and inlined into `call` (`bash
+    /// benches/callgrind.sh`: 1,418 instructions a response read to its end,
+    /// against 1,435 setting `captured` on `of_head`'s result).
+    #[inline]
+    fn with_origin(
+        shared: &Arc<Shared>,
+        headers: &HeaderMap,
+        extensions: &Extensions,
+        origin: Option<Arc<Origin>>,
+        captured: Option<CaptureConnection>,
+    ) -> Self {
         let trace = event::debug_enabled()
             .then(|| Trace::capture(origin.as_ref().map(|o| o.name()).unwrap_or_default()));
         RequestInfo {
@@ -81,7 +92,7 @@ impl RequestInfo {
             trace,
             origin,
             sent_at: Some(Instant::now()),
-            captured: None,
+            captured,
         }
     }
 
@@ -98,6 +109,18 @@ impl RequestInfo {
             sent_at: None,
             captured: None,
         }
+    }
+}
+
+/// The origin of a request for `uri`: the service's last one when it is
+/// spelled the same, else [`find`]'s.
+#[inline]
+fn origin_of(shared: &Shared, uri: &Uri, headers: &HeaderMap, last: &mut LastOrigin) -> Option<Arc<Origin>> {
+    match (last.as_ref(), uri.authority()) {
+        (Some(origin), Some(authority)) if origin.spelled(uri.scheme_str(), authority.as_str()) => {
+            Some(origin.clone())
+        }
+        _ => find(shared, uri, headers, last),
     }
 }
 
