@@ -155,15 +155,15 @@ fn readme_stack(
 /// `requests` requests for `path` from `callers` callers through the
 /// README's stack, each response dropped right after its head: no request
 /// is lost (the connection moves on after its share of resets, so Node
-/// neither refuses nor fails a session), every early drop is reset and counted once
-/// with nothing read, and no stream stays open at the server.
+/// neither refuses nor fails a session), every early drop is reset and
+/// counted once with nothing read, and no stream stays open at the server.
 async fn bulk_drops_lose_no_request(
     what: &str,
     node: &NodeH2,
     path: &str,
     requests: usize,
     callers: usize,
-) -> NodeStats {
+) {
     let layer = DrainOnDropLayer::new();
     let start = Instant::now();
     let (run, kinds, slowest) = traffic(readme_stack(&layer), node.uri(path), callers, requests).await;
@@ -191,10 +191,9 @@ async fn bulk_drops_lose_no_request(
         "{what}: a connection per {SHARE} drops at least; {}",
         summary(&server)
     );
-    assert_eq!(s.count(Reason::Reset), (requests - run.failed) as u64, "{what}: each drop reset once: {s:?}");
+    assert_eq!(s.count(Reason::Reset), requests as u64, "{what}: each drop reset once: {s:?}");
     assert_eq!((s.bytes_drained, s.in_flight), (0, 0), "{what}: nothing read, nothing held: {s:?}");
     assert!(closed, "{what}: no stream left open at the server; {}", summary(&server));
-    server
 }
 
 /// (a) Node's defaults (no stream limit announced, 10 MB per session), 1 MiB
