@@ -157,13 +157,7 @@ fn readme_stack(
 /// is lost (the connection moves on after its share of resets, so Node
 /// neither refuses nor fails a session), every early drop is reset and
 /// counted once with nothing read, and no stream stays open at the server.
-async fn bulk_drops_lose_no_request(
-    what: &str,
-    node: &NodeH2,
-    path: &str,
-    requests: usize,
-    callers: usize,
-) {
+async fn bulk_drops_lose_no_request(what: &str, node: &NodeH2, path: &str, requests: usize, callers: usize) {
     let layer = DrainOnDropLayer::new();
     let start = Instant::now();
     let (run, kinds, slowest) = traffic(readme_stack(&layer), node.uri(path), callers, requests).await;
