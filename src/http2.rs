@@ -1,155 +1,130 @@
-//! HTTP/2: what an early drop does to a stream, and which failed requests
-//! the server never processed (so that they may be sent again). Every rule
-//! of it lives here, beside the facts from h2 and hyper it rests on; the
-//! policy and the retry ask this room and keep no HTTP/2 state of their
-//! own.
+//! HTTP/2: what an early drop does to a stream, when a connection is dialed
+//! and when it moves on, and which failed requests may be sent again. Every
+//! rule of it lives here, beside the facts from h2, hyper and hyper-util it
+//! rests on; the policy, the connector and the retry ask this room and keep
+//! no rule of their own.
 //!
-//! **The facts** (h2 0.4.21 and later, which the `http2` feature
-//! requires). Dropping an HTTP/2 body before its end makes h2 send
-//! RST_STREAM(CANCEL), unless the whole body had already arrived (the
-//! stream is then closed, and nothing is sent): the server stops sending,
-//! the stream is freed, the connection is kept. h2 remembers a reset
-//! stream for 5 s, up to 8,192 of them on a client that announces no
-//! SETTINGS_MAX_CONCURRENT_STREAMS of its own (hyper's and hyper-util's
-//! clients announce none; else twice that setting, at least 50), forgetting
-//! the oldest first, and ignores the DATA still arriving for a stream it
-//! remembers (its flow-control credit is given back to the connection).
-//! Only DATA for a stream it forgot counts against the connection (GOAWAY
-//! `too_many_internal_resets` past 1,024: hyperium/h2#856): with that
-//! memory, that takes more than 1,600 resets a second on one connection,
-//! each answered with DATA more than 5 s late. (h2 0.4.20 and older
-//! remembered 50 for 1 s and did not evict: the same drops lost requests
-//! there, which the `http2` feature's requirement rules out.)
+//! **Drops** (h2 0.4.21 and later, which the `http2` feature requires).
+//! Dropping an HTTP/2 body before its end makes h2 send RST_STREAM(CANCEL),
+//! unless the whole body had already arrived (the stream is then closed,
+//! and nothing is sent): the server stops sending, the stream is freed, the
+//! connection is kept. h2 remembers a reset stream for 5 s, up to 8,192 of
+//! them on a client that announces no SETTINGS_MAX_CONCURRENT_STREAMS of its
+//! own (hyper's and hyper-util's announce none), forgetting the oldest
+//! first, and ignores the DATA still arriving for a stream it remembers.
+//! (h2 0.4.20 and older remembered 50 for 1 s: resets at once lost
+//! requests, hyperium/h2#856.) So a dropped HTTP/2 body is not read at all:
+//! it is reset at once, as Go 1.27's client does ([`early_drop`]). A drain
+//! would save nothing (the connection is kept either way), and a body read
+//! or held to spare a reset holds a stream and its share of the
+//! connection's window, and whatever request would wait for either.
 //!
-//! **The rule.** A dropped HTTP/2 body is not read at all: its stream is
-//! reset at once, as Go 1.27's client does ([`early_drop`]). On HTTP/2 a
-//! drain saves nothing (the connection is kept either way), and a body read
-//! or held to spare a reset holds a stream, its share of the connection's
-//! flow-control window, and whatever request would wait for either. So no
-//! request waits for a drain, and no stream is held: an open-ended stream
-//! ([`stream_content_types`](crate::DrainOnDropLayer::stream_content_types),
-//! gRPC) is counted `stream`, any other body `reset`; both read nothing.
+//! **Dials** ([`gates`]). hyper-util's pool takes its one-connection lock
+//! for HTTP/2 only when the client is `http2_only`; over TLS with ALPN, each
+//! request that finds no connection dials its own, and all but the first to
+//! negotiate h2 are thrown away after their handshakes (hyperium/hyper#1485):
+//! after every connection lost, as many handshakes as requests waiting.
+//! Go's transport does the same; undici queues requests behind one probe
+//! (nodejs/undici#5799). The [`Http2Connector`](crate::Http2Connector)
+//! dials an origin once at a time while it speaks HTTP/2 (or might: an
+//! `https` origin none of whose connections said yet); the others wait for
+//! that dial and get its connection from hyper-util's pool.
 //!
-//! **Servers that punish resets.** Node's nghttp2 takes at most 1,000
-//! RST_STREAM frames per connection in a burst, then 33 a second, and past
-//! that sends GOAWAY INTERNAL_ERROR; Node 20 also never gives back the
-//! session memory it counted for response bytes still queued on a stream
-//! the client resets, and a session whose 10 MB are spent refuses new
-//! streams with ENHANCE_YOUR_CALM, a refusal no client may take as
-//! unprocessed. Go's client keeps its resets within what the server has
-//! seen (a reset stream counts against the stream limit until a PING sent
-//! with it is answered, past which it dials another connection: on Node,
-//! one per some 70 drops). The layer sees no PING; it keeps each
-//! connection's resets within a share instead ([`Resets`]): once an
-//! origin's streams were reset [`RESETS_PER_CONNECTION`] times, the
-//! connection of the next response takes no new request (hyper-util's
-//! `Connected::poison`, reached through `capture_connection`): hyper-util
-//! dials another, and the old one ends when its open streams do. 250, a
-//! quarter of nghttp2's burst: at 500, 64 callers dropping 1 MiB bodies
-//! filled a Node session (14 of 2,000 refused, h2c); at 250, none in every
-//! run measured. Elsewhere a handshake per 250 drops costs nothing
-//! measurable; over TLS with ALPN and no `http2_only`, hyper-util dials
-//! one for each request waiting until one has negotiated h2 (as it does
-//! for a first connection), and keeps one. Only hyper-util's `Client` can
-//! be told so; hyper's own connections and tonic's `Channel` keep theirs.
-//! What a server refuses past its limit anyway it never processed, and
-//! [`RetryRefused`](crate::RetryRefused) sends it again on another
-//! connection ([`never_processed`]); nginx's graceful GOAWAY after
-//! `keepalive_requests` is retried the same way.
+//! **Moves** ([`moves_on`], [`learned_share`], [`punishment`]). Some servers
+//! punish a connection for resets. Node's nghttp2 takes 1,000 RST_STREAM
+//! frames in a burst, then 33 a second, then sends GOAWAY INTERNAL_ERROR
+//! (harmless: what it refused above the last stream id goes again). Node 20
+//! also never gives back the session memory it counted for response bytes
+//! still queued on a stream the client resets, and a session whose 10 MB
+//! are spent refuses every new stream with RST_STREAM ENHANCE_YOUR_CALM (and
+//! after some 100 refusals in a row closes the connection). Go's client
+//! dials another connection once its resets outrun the server's PING
+//! answers. Most servers punish nothing: Go's net/http, nginx, hyper. So a
+//! connection is charged for the resets it actually sent (RST_STREAM frames
+//! written on it, counted by the connector), and moves on (hyper-util's
+//! `Connected::poison`: no new request goes on it, the ones on it finish)
+//! only once its origin's share is spent; an origin has no share until one
+//! of its servers refused a stream with ENHANCE_YOUR_CALM or went away with
+//! an error after resets. The share is then half the resets that connection
+//! had taken, and a connection that draws a refusal takes no new stream.
+//! Until the first refusal every origin keeps one connection; after it, a
+//! Node origin moves on before its session fills.
 //!
-//! **What may be sent again** ([`never_processed`]): a request the server
-//! refused before processing it (RFC 9113, 8.7): one on a stream above the
-//! last stream id of a GOAWAY it received (h2 fails those, and every
-//! request sent on the connection after it, with the remote GOAWAY), or
-//! reset with REFUSED_STREAM; and one hyper says was never sent
-//! (`hyper::Error::is_canceled`: the connection closed before the request
-//! was written, or while it waited for a stream). Never one the server may
-//! have processed: a stream the connection lost at or below the GOAWAY's
-//! last stream id, reset with any other code (Node's ENHANCE_YOUR_CALM
-//! included), or cut off by a broken connection. A refused request goes
-//! again at once, and, refused again, after [`FIRST_DELAY`], doubling,
-//! [`MAX_RETRIES`] times at most (Go: 6, the first at once, then 1 s,
-//! doubling).
+//! **Retries** ([`after_failure`]). A request the server refused before
+//! processing it (RFC 9113, 8.7) goes again, whatever its method: one on a
+//! stream above the last stream id of a GOAWAY it received (h2 fails those,
+//! and any opened after it, with the remote GOAWAY), one reset with
+//! REFUSED_STREAM, one that never left because its connection was another's
+//! (the connector's). Anything else may have been processed: hyper's
+//! `is_canceled` (a request that waited for a stream slot is failed so even
+//! when h2 sent it after a graceful GOAWAY's first phase), a reason hyper
+//! rebuilt without saying who sent it, any other reset (Node's
+//! ENHANCE_YOUR_CALM included), a connection that broke. Such a request goes
+//! again only if its method is idempotent (RFC 9110, 9.2.2: GET, HEAD,
+//! OPTIONS, TRACE, PUT, DELETE), sending it twice then being harmless by
+//! definition; a POST or PATCH never. A failed connect is not retried. A
+//! request goes again at once, and, failing again, after [`FIRST_DELAY`],
+//! doubling, [`MAX_RETRIES`] times at most (Go: 6, the first at once).
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 #[cfg(feature = "http2")]
 use std::time::Duration;
-
-use http::Request;
-use hyper_util::client::legacy::connect::{CaptureConnection, capture_connection};
 
 use crate::outcome::Reason;
 
 /// What becomes of an HTTP/2 body dropped before its end, given what its
 /// head said (`headers::inspect`: only ever an open-ended stream on
 /// HTTP/2): reset at once, unread, counted `stream` if it was one and
-/// `reset` otherwise. The reset counts towards its origin's connection's
-/// share (`resets_per_connection`, see [`Resets`]).
-pub(crate) fn early_drop(
-    head: Option<Reason>,
-    resets: Option<&Resets>,
-    resets_per_connection: usize,
-) -> Reason {
-    if let Some(resets) = resets {
-        resets.count(resets_per_connection);
-    }
+/// `reset` otherwise.
+pub(crate) fn early_drop(head: Option<Reason>) -> Reason {
     head.unwrap_or(Reason::Reset)
 }
 
-/// Stream resets an HTTP/2 connection takes from early drops before it
-/// takes no new request, unless set otherwise
-/// (`DrainOnDropLayer::http2_resets_per_connection`): a quarter of the
-/// 1,000 RST_STREAM frames nghttp2 takes in a burst (see the module's
-/// docs for why not half).
-pub(crate) const RESETS_PER_CONNECTION: usize = 250;
-
-/// One origin's early-drop resets since its HTTP/2 connection last moved
-/// on. hyper-util's pool keeps one HTTP/2 connection per origin, so an
-/// origin's count is its connection's (when two are open for a moment, the
-/// count is the sum, and the move comes early: one handshake sooner).
-/// Atomics only: counted in the drop, which takes no lock.
-#[derive(Debug, Default)]
-pub(crate) struct Resets {
-    since_move: AtomicUsize,
-    /// The share is spent: the next request's connection is to move on.
-    move_on: AtomicBool,
+/// What an origin's last connection spoke, as far as its connector knows.
+#[cfg(feature = "http2")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Proto {
+    /// No connection said yet.
+    Unknown,
+    Http1,
+    Http2,
 }
 
-impl Resets {
-    /// An early drop reset one of the origin's streams: past `share` (`0`:
-    /// never), the connection is to take no new request.
-    fn count(&self, share: usize) {
-        if share == 0 {
-            return;
-        }
-        if self.since_move.fetch_add(1, Ordering::Relaxed) + 1 >= share {
-            self.since_move.store(0, Ordering::Relaxed);
-            self.move_on.store(true, Ordering::Relaxed);
-        }
-    }
-
-    /// At the request's `call`: once the share is spent, asks hyper-util's
-    /// `Client` which connection the request goes on (an allocation, for
-    /// that request only).
-    pub(crate) fn capture<B>(&self, req: &mut Request<B>) -> Option<CaptureConnection> {
-        self.move_on.load(Ordering::Relaxed).then(|| capture_connection(req))
-    }
-
-    /// At the response head of a request [`capture`](Self::capture)d: its
-    /// connection, the one the resets went to (or a newer one), takes no
-    /// new request. Once: the first such response clears the mark, even
-    /// when no connection was told (a service other than hyper-util's
-    /// `Client`, which fills in none: nothing can move there).
-    pub(crate) fn move_on(&self, captured: &CaptureConnection) {
-        if self.move_on.swap(false, Ordering::Relaxed)
-            && let Some(connection) = captured.connection_metadata().as_ref()
-        {
-            connection.poison();
-        }
+/// Whether a connect to an origin that spoke `proto` waits while another
+/// dial to it is on its way: HTTP/2 (all requests share one connection),
+/// or not yet known over TLS, where ALPN may choose HTTP/2 (the first
+/// requests to an origin queue behind one dial, as undici's do). HTTP/1
+/// needs a connection per request in flight: never.
+#[cfg(feature = "http2")]
+pub(crate) fn gates(proto: Proto, https: bool) -> bool {
+    match proto {
+        Proto::Http2 => true,
+        Proto::Unknown => https,
+        Proto::Http1 => false,
     }
 }
 
-/// Retries of a refused request, at most, unless set otherwise (Go's
+/// Whether a connection that has sent `resets` resets moves on, under its
+/// origin's `share` (`0`: no share, never).
+#[cfg(feature = "http2")]
+pub(crate) fn moves_on(resets: usize, share: usize) -> bool {
+    share > 0 && resets >= share
+}
+
+/// The share an origin learns when one of its connections is refused after
+/// `resets` resets: half of them (a session that filled at `resets` is
+/// left half empty), never more than it had (`share`, `0` if none), at
+/// least 1. A refusal after no reset teaches nothing: moving would not have
+/// helped.
+#[cfg(feature = "http2")]
+pub(crate) fn learned_share(share: usize, resets: usize) -> usize {
+    if resets == 0 {
+        return share;
+    }
+    let learned = (resets / 2).max(1);
+    if share == 0 { learned } else { share.min(learned) }
+}
+
+/// Retries of a failed request, at most, unless set otherwise (Go's
 /// `RoundTrip` retries 6 times).
 #[cfg(feature = "http2")]
 pub(crate) const MAX_RETRIES: usize = 6;
@@ -172,30 +147,131 @@ pub(crate) fn retry_delay(retry: usize) -> Duration {
     }
 }
 
-/// Whether a request that failed with `error` was never processed by the
-/// server (see the module's docs): the errors of its cause chain are
-/// looked at, h2's and hyper's wherever they sit in it (hyper-util's and
-/// tonic's errors wrap them).
+/// Whether a failed request may go again.
 #[cfg(feature = "http2")]
-pub(crate) fn never_processed(error: &(dyn std::error::Error + 'static)) -> bool {
-    let mut next = Some(error);
-    while let Some(error) = next {
-        if let Some(h2) = error.downcast_ref::<h2::Error>() {
-            // h2 fails a stream with the peer's GOAWAY only when its id is
-            // above the GOAWAY's last stream id, or when it was opened
-            // after the GOAWAY arrived (`Streams::recv_go_away`).
-            let above_last_stream = h2.is_go_away() && h2.is_remote();
-            let refused = h2.is_reset() && h2.is_remote() && h2.reason() == Some(h2::Reason::REFUSED_STREAM);
-            return above_last_stream || refused;
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Retry {
+    /// The server never processed it: any method.
+    Unprocessed,
+    /// It may have been processed: only an idempotent method.
+    IfIdempotent,
+    /// Not a failure a retry mends.
+    Never,
+}
+
+#[cfg(feature = "http2")]
+impl Retry {
+    /// Whether a request with `method` goes again after this.
+    pub(crate) fn allows(self, method: &http::Method) -> bool {
+        match self {
+            Retry::Unprocessed => true,
+            Retry::IfIdempotent => is_idempotent(method),
+            Retry::Never => false,
         }
-        if error.downcast_ref::<hyper::Error>().is_some_and(hyper::Error::is_canceled) {
-            // "A pending item was dropped before ever being processed."
-            return true;
+    }
+}
+
+/// RFC 9110, 9.2.2: the methods for which several identical requests have
+/// the effect of one.
+#[cfg(feature = "http2")]
+pub(crate) fn is_idempotent(method: &http::Method) -> bool {
+    use http::Method;
+    [Method::GET, Method::HEAD, Method::OPTIONS, Method::TRACE, Method::PUT, Method::DELETE].contains(method)
+}
+
+/// What a failed request's error says (see the module's docs): whether it
+/// may go again, and whether the server punished its connection.
+#[cfg(feature = "http2")]
+#[derive(Debug)]
+pub(crate) struct Failure<'a> {
+    pub(crate) retry: Retry,
+    /// The connection a server refused a stream on for what the connection
+    /// did (ENHANCE_YOUR_CALM, or an error GOAWAY): it is to take no new
+    /// request, and its origin learns a share.
+    pub(crate) punished: Option<&'a hyper_util::client::legacy::connect::Connected>,
+}
+
+/// Reads a failed request's error: the errors of its cause chain, h2's,
+/// hyper's, hyper-util's and std's I/O errors wherever they sit in it
+/// (tonic's errors wrap them too).
+#[cfg(feature = "http2")]
+pub(crate) fn after_failure<'a>(error: &'a (dyn std::error::Error + 'static)) -> Failure<'a> {
+    let mut connected = None;
+    let mut connect = false;
+    let mut next = Some(error);
+    let retry = loop {
+        let Some(error) = next else { break Retry::Never };
+        if let Some(client) = error.downcast_ref::<hyper_util::client::legacy::Error>() {
+            connected = connected.or(client.connect_info());
+            connect |= client.is_connect();
+        } else if let Some(h2) = error.downcast_ref::<h2::Error>() {
+            let (retry, punishing) = h2_failure(h2);
+            let punished = if punishing { connected } else { None };
+            return Failure { retry, punished };
+        } else if let Some(hyper) = error.downcast_ref::<hyper::Error>() {
+            if hyper.is_user() || hyper.is_parse() {
+                break Retry::Never;
+            }
+            if hyper.is_canceled() || hyper.is_closed() || hyper.is_incomplete_message() || hyper.is_timeout()
+            {
+                break if connect { Retry::Never } else { Retry::IfIdempotent };
+            }
+        } else if let Some(io) = error.downcast_ref::<std::io::Error>() {
+            if io.get_ref().is_some_and(|inner| inner.is::<Superseded>()) {
+                break Retry::Unprocessed;
+            }
+            break if connect { Retry::Never } else { Retry::IfIdempotent };
+        } else if error.is::<Superseded>() {
+            break Retry::Unprocessed;
         }
         next = error.source();
-    }
-    false
+    };
+    Failure { retry, punished: None }
 }
+
+/// An h2 error: whether it was refused unprocessed, and whether it punishes
+/// the connection.
+#[cfg(feature = "http2")]
+fn h2_failure(h2: &h2::Error) -> (Retry, bool) {
+    use h2::Reason as R;
+    let remote = h2.is_remote();
+    if h2.is_go_away() && remote {
+        // Above the last stream id, or opened after the GOAWAY arrived
+        // (`Streams::recv_go_away`): never processed.
+        let punishing = matches!(h2.reason(), Some(R::ENHANCE_YOUR_CALM | R::INTERNAL_ERROR));
+        return (Retry::Unprocessed, punishing);
+    }
+    if h2.is_reset() && remote {
+        return match h2.reason() {
+            Some(R::REFUSED_STREAM) => (Retry::Unprocessed, false),
+            Some(R::ENHANCE_YOUR_CALM) => (Retry::IfIdempotent, true),
+            _ => (Retry::IfIdempotent, false),
+        };
+    }
+    // hyper's rebuilt reasons (`h2::Error::from(Reason)`: who sent it is
+    // lost), local resets and connection errors, I/O: the stream may have
+    // been sent.
+    let failed = h2.reason().is_some() || h2.is_io();
+    (if failed { Retry::IfIdempotent } else { Retry::Never }, false)
+}
+
+#[cfg(feature = "http2")]
+/// The error of a connection hyper-util did not need: it stood in for
+/// another dial to its origin (the connector's `Lazy`), and that dial's
+/// connection took its place. Nothing was sent on it: `RetryRefused` sends again a
+/// request that ever fails with it.
+#[derive(Debug)]
+pub(crate) struct Superseded;
+
+#[cfg(feature = "http2")]
+impl std::fmt::Display for Superseded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("connection not needed: another one to its origin was set up for HTTP/2")
+    }
+}
+
+#[cfg(feature = "http2")]
+impl std::error::Error for Superseded {}
 
 #[cfg(test)]
 mod tests {
@@ -212,39 +288,51 @@ mod tests {
 
     #[test]
     fn a_dropped_http2_body_is_reset_and_an_open_ended_stream_counted_as_one() {
-        assert_eq!(early_drop(None, None, RESETS_PER_CONNECTION), Reason::Reset);
-        assert_eq!(early_drop(Some(Reason::Stream), None, RESETS_PER_CONNECTION), Reason::Stream);
-    }
-
-    #[test]
-    fn a_connection_moves_on_once_per_share_of_resets_and_never_with_a_share_of_0() {
-        let resets = Resets::default();
-        let mut req = Request::new(());
-        for _ in 0..2 {
-            resets.count(3);
-            assert!(resets.capture(&mut req).is_none(), "within the share");
-        }
-        resets.count(3);
-        let captured = resets.capture(&mut req).expect("the share is spent");
-        resets.move_on(&captured);
-        assert!(resets.capture(&mut req).is_none(), "moved on once; counting again");
-        let off = Resets::default();
-        for _ in 0..10_000 {
-            off.count(0);
-        }
-        assert!(off.capture(&mut req).is_none());
+        assert_eq!(early_drop(None), Reason::Reset);
+        assert_eq!(early_drop(Some(Reason::Stream)), Reason::Stream);
     }
 
     #[cfg(feature = "http2")]
     #[test]
-    fn only_what_the_server_never_processed_counts_as_refused() {
+    fn dials_queue_for_http2_and_for_tls_origins_not_yet_heard_never_for_http1() {
+        assert!(gates(Proto::Http2, false) && gates(Proto::Http2, true));
+        assert!(gates(Proto::Unknown, true));
+        assert!(!gates(Proto::Unknown, false), "plain TCP: ALPN cannot pick HTTP/2");
+        assert!(!gates(Proto::Http1, true));
+    }
+
+    #[cfg(feature = "http2")]
+    #[test]
+    fn no_connection_moves_until_a_server_refused_then_at_half_what_it_bore() {
+        assert!(!moves_on(1_000_000, 0), "no share: one connection");
+        assert_eq!(learned_share(0, 500), 250);
+        assert_eq!(learned_share(250, 1_000), 250, "never more than it was");
+        assert_eq!(learned_share(250, 100), 50);
+        assert_eq!(learned_share(0, 1), 1);
+        assert_eq!(learned_share(0, 0), 0, "refused before any reset: moving would not help");
+        assert!(!moves_on(249, 250) && moves_on(250, 250));
+    }
+
+    #[cfg(feature = "http2")]
+    #[test]
+    fn only_what_the_server_never_processed_goes_again_whatever_the_method() {
+        use http::Method;
         use std::io;
-        let refused = h2::Error::from(h2::Reason::REFUSED_STREAM);
-        // A reason alone (h2's `From<Reason>`) says nothing of who sent it.
-        assert!(!never_processed(&refused), "not a reset received from the server");
-        // What the server refused, or may have processed, on real sockets:
-        // tests/retry.rs.
-        let other = io::Error::other("no h2 or hyper error in the chain");
-        assert!(!never_processed(&other));
+        let rebuilt = h2::Error::from(h2::Reason::REFUSED_STREAM);
+        let failure = after_failure(&rebuilt);
+        assert_eq!(failure.retry, Retry::IfIdempotent, "a reason alone says nothing of who sent it");
+        assert!(failure.retry.allows(&Method::GET) && !failure.retry.allows(&Method::POST));
+        let broken = io::Error::from(io::ErrorKind::BrokenPipe);
+        assert_eq!(after_failure(&broken).retry, Retry::IfIdempotent);
+        let superseded = io::Error::other(Superseded);
+        assert_eq!(after_failure(&superseded).retry, Retry::Unprocessed, "never left");
+        let other = std::fmt::Error;
+        assert_eq!(after_failure(&other).retry, Retry::Never, "not a transport's error");
+        for m in ["GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"] {
+            assert!(is_idempotent(&m.parse().unwrap()), "{m}");
+        }
+        for m in ["POST", "PATCH", "CONNECT"] {
+            assert!(!is_idempotent(&m.parse().unwrap()), "{m}");
+        }
     }
 }

@@ -211,33 +211,6 @@ impl DrainOnDropLayer {
         self.config(|c| c.default_origin = Some(origin))
     }
 
-    /// How many streams of an origin early drops reset before its HTTP/2
-    /// connection takes no new request: the next response's connection is
-    /// marked so in hyper-util's pool (`Connected::poison`), hyper-util
-    /// opens another for the requests that follow, and the old one ends
-    /// when its open streams do. Servers that count resets (Node's nghttp2:
-    /// 1,000 in a burst, then GOAWAY; Node 20's session memory, which reset
-    /// streams fill) never see a connection reach their limit, as Go's
-    /// client keeps its resets within what the server has seen. The cost is
-    /// one new connection per this many early drops (over TLS with ALPN and
-    /// no `http2_only`, hyper-util dials one for each request waiting until
-    /// one has negotiated h2, and keeps one).
-    ///
-    /// Counted per origin, for hyper-util's `Client` (HTTP/2 by ALPN or
-    /// `http2_only`), the one client that says which connection a request
-    /// went on; on hyper's own connections and tonic's `Channel` the count
-    /// changes nothing. `0` never moves a connection on. Default is 250, a
-    /// quarter of nghttp2's burst.
-    ///
-    /// ```
-    /// # use drain_on_drop::DrainOnDropLayer;
-    /// // A server behind a costly handshake, known to take any number of resets.
-    /// let layer = DrainOnDropLayer::new().http2_resets_per_connection(10_000);
-    /// ```
-    pub fn http2_resets_per_connection(self, resets: usize) -> Self {
-        self.config(|c| c.http2_resets_per_connection = resets)
-    }
-
     /// Switches to adaptive budgets: per origin, drain only when reading the
     /// rest is expected to cost less than a new connection.
     ///
@@ -416,11 +389,6 @@ mod tests {
             ),
             ("adaptive", vec![on_off(config.budgets.adaptive()).into()], vec!["Default is off".into()]),
             ("default_origin", vec!["none".into()], vec!["Default is none".into()]),
-            (
-                "http2_resets_per_connection",
-                vec![config.http2_resets_per_connection.to_string()],
-                vec![format!("Default is {}", config.http2_resets_per_connection)],
-            ),
         ];
         assert!(config.default_origin.is_none());
         let types: Vec<String> = config.stream_types.iter().map(|t| format!("\"{t}\"")).collect();

@@ -414,6 +414,8 @@
 mod body;
 mod budget;
 mod conn;
+#[cfg(feature = "http2")]
+pub mod connector;
 mod drain;
 mod event;
 pub mod future;
@@ -448,6 +450,8 @@ pub use budget::DrainBudget;
 pub use conn::Http1Sender;
 #[cfg(feature = "http2")]
 pub use conn::Http2Sender;
+#[cfg(feature = "http2")]
+pub use connector::{Http2Connection, Http2Connector};
 pub use layer::DrainOnDropLayer;
 pub use observe::{ConnectionReuse, ObserveConnector};
 pub use origin::{Adaptive, OriginSnapshot};

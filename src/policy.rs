@@ -65,11 +65,7 @@ pub(crate) fn decide(shared: &Shared, at: &AtDrop, now: Instant) -> (Decision, O
         return (Decision::Skip(Reason::Disabled), None);
     }
     if at.http2 {
-        let resets = at.origin.as_ref().map(|o| &o.origin.resets);
-        return (
-            Decision::Skip(http2::early_drop(at.head, resets, config.http2_resets_per_connection)),
-            None,
-        );
+        return (Decision::Skip(http2::early_drop(at.head)), None);
     }
     if let Some(reason) = at.head {
         return (Decision::Skip(reason), None);

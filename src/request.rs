@@ -7,6 +7,8 @@ use std::time::Instant;
 
 use http::{Extensions, HeaderMap, Request, Uri};
 use hyper_util::client::legacy::connect::CaptureConnection;
+#[cfg(feature = "http2")]
+use hyper_util::client::legacy::connect::capture_connection;
 
 use crate::budget::DrainBudget;
 use crate::event::{self, Trace};
@@ -27,9 +29,11 @@ pub(crate) struct RequestInfo {
     /// When the request was called: the time to its response head is a
     /// sample of the origin's round trip.
     pub(crate) sent_at: Option<Instant>,
-    /// The connection hyper-util's `Client` sends it on, asked for once its
-    /// origin's HTTP/2 connection has taken its share of resets
-    /// (`http2::Resets`).
+    /// The connection hyper-util's `Client` sends it on, asked for when its
+    /// origin's HTTP/2 responses come on an `Http2Connector`'s connections:
+    /// the first response on a connection gives the connection hyper-util's
+    /// view of itself, through which it moves on (`connector::Link`).
+    #[cfg(feature = "http2")]
     pub(crate) captured: Option<CaptureConnection>,
 }
 
@@ -55,7 +59,10 @@ impl RequestInfo {
         last: &mut LastOrigin,
     ) -> Self {
         let origin = origin_of(shared, req.uri(), req.headers(), last);
-        let captured = origin.as_ref().and_then(|origin| origin.resets.capture(req));
+        #[cfg(feature = "http2")]
+        let captured = origin.as_ref().and_then(|origin| origin.captures().then(|| capture_connection(req)));
+        #[cfg(not(feature = "http2"))]
+        let captured = None;
         RequestInfo::with_origin(shared, req.headers(), req.extensions(), origin, captured)
     }
 
@@ -81,7 +88,7 @@ impl RequestInfo {
         headers: &HeaderMap,
         extensions: &Extensions,
         origin: Option<Arc<Origin>>,
-        captured: Option<CaptureConnection>,
+        #[cfg_attr(not(feature = "http2"), expect(unused_variables))] captured: Option<CaptureConnection>,
     ) -> Self {
         let trace = event::debug_enabled()
             .then(|| Trace::capture(origin.as_ref().map(|o| o.name()).unwrap_or_default()));
@@ -92,6 +99,7 @@ impl RequestInfo {
             trace,
             origin,
             sent_at: Some(Instant::now()),
+            #[cfg(feature = "http2")]
             captured,
         }
     }
@@ -107,6 +115,7 @@ impl RequestInfo {
             trace: event::debug_enabled().then(|| Trace::capture(String::new())),
             origin: None,
             sent_at: None,
+            #[cfg(feature = "http2")]
             captured: None,
         }
     }

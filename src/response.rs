@@ -56,10 +56,11 @@ pub(crate) fn at_response<B: Body>(response: &mut Response<B>, request: RequestI
         shared.stats.response(conn.reused);
     }
     let observed = reuse.map(|conn| (conn.reused, conn.setup_time));
+    #[cfg(feature = "http2")]
+    if response.version() >= Version::HTTP_2 {
+        links(response, request.origin.as_deref(), request.captured);
+    }
     let origin = request.origin.map(|origin| {
-        if let Some(captured) = &request.captured {
-            origin.resets.move_on(captured);
-        }
         if let Some(sent_at) = request.sent_at {
             let now = Instant::now();
             origin.record_head(now, now.saturating_duration_since(sent_at));
@@ -99,6 +100,26 @@ pub(crate) fn at_response<B: Body>(response: &mut Response<B>, request: RequestI
         http2: response.version() >= Version::HTTP_2,
         runtime: Handle::try_current().ok(),
     })
+}
+
+/// An HTTP/2 response: if it came on an `Http2Connector`'s connection, its
+/// origin's requests are captured from now on, and the connection takes
+/// hyper-util's view of itself from `captured` if it has none yet.
+#[cfg(feature = "http2")]
+fn links<B>(
+    response: &Response<B>,
+    origin: Option<&crate::origin::Origin>,
+    captured: Option<hyper_util::client::legacy::connect::CaptureConnection>,
+) {
+    let Some(link) = crate::connector::LinkTag::of_response(response.extensions()) else { return };
+    if let Some(origin) = origin {
+        origin.served_by_links();
+    }
+    if let Some(captured) = captured
+        && link.wants_handle()
+    {
+        link.offer_handle(captured);
+    }
 }
 
 impl DropContext {

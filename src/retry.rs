@@ -233,7 +233,12 @@ where
                         Ok(response) => return Poll::Ready(Ok(response)),
                         Err(error) => error,
                     };
-                    if this.copy.is_none() || !http2::never_processed(&error) {
+                    let failure = http2::after_failure(&error);
+                    if let Some(connected) = failure.punished {
+                        crate::connector::punished(connected);
+                    }
+                    let again = this.copy.as_ref().is_some_and(|copy| failure.retry.allows(copy.method()));
+                    if !again {
                         return Poll::Ready(Err(error));
                     }
                     *this.retries += 1;
@@ -241,7 +246,7 @@ where
                         target: "drain_on_drop",
                         retry = *this.retries,
                         %error,
-                        "the server refused the request before processing it: sending it again"
+                        "the request failed before its response: sending it again"
                     );
                     let delay = http2::retry_delay(*this.retries);
                     this.state.set(if delay.is_zero() {

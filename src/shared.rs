@@ -29,9 +29,6 @@ pub(crate) struct Config {
     pub(crate) stream_types: Arc<[String]>,
     /// The origin of requests that name none (`default_origin`).
     pub(crate) default_origin: Option<http::Uri>,
-    /// Early-drop resets an HTTP/2 connection takes before it takes no new
-    /// request (`0`: never; `http2.rs`).
-    pub(crate) http2_resets_per_connection: usize,
 }
 
 impl Default for Config {
@@ -42,7 +39,6 @@ impl Default for Config {
             max_concurrent_drains: 1024,
             stream_types: Arc::from(DEFAULT_STREAM_TYPES.iter().map(|t| t.to_string()).collect::<Vec<_>>()),
             default_origin: None,
-            http2_resets_per_connection: crate::http2::RESETS_PER_CONNECTION,
         }
     }
 }

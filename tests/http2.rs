@@ -23,7 +23,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use drain_on_drop::{DrainOnDropLayer, Reason};
+use drain_on_drop::{DrainOnDropLayer, Http2Connector, Reason, RetryRefusedLayer};
 use http_body_util::Empty;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -34,10 +34,6 @@ use tower::{Service, ServiceBuilder, ServiceExt};
 
 const CALLERS: usize = 16;
 
-/// Early-drop resets a connection takes before it moves on: the layer's
-/// default `http2_resets_per_connection`.
-const SHARE: usize = 250;
-
 /// How long a request may take to its head, or a body to its end, before
 /// the test calls it held back by a drop: the layer's time budget here is
 /// 30 s; an answer takes milliseconds.
@@ -46,6 +42,18 @@ const HOLD_BOUND: Duration = Duration::from_secs(10);
 fn h2_client() -> Client<HttpConnector, Empty<Bytes>> {
     let mut connector = HttpConnector::new();
     connector.set_nodelay(true);
+    Client::builder(TokioExecutor::new()).http2_only(true).build(connector)
+}
+
+/// [`h2_client`] over `Http2Connector` (the README's HTTP/2 stack's), its
+/// share of resets per connection fixed where `share` says.
+fn connector_client(share: Option<usize>) -> Client<Http2Connector<HttpConnector>, Empty<Bytes>> {
+    let mut http = HttpConnector::new();
+    http.set_nodelay(true);
+    let connector = match share {
+        Some(n) => Http2Connector::new(http).resets_per_connection(n),
+        None => Http2Connector::new(http),
+    };
     Client::builder(TokioExecutor::new()).http2_only(true).build(connector)
 }
 
@@ -125,42 +133,42 @@ async fn with_the_h2_users_resolve_hyper_util_alone_loses_no_request_to_resets()
     assert_eq!(server.accepted.load(Ordering::SeqCst), 1, "{run:?}");
 }
 
-/// The same traffic through the layer: every request succeeds, on a
-/// connection per [`SHARE`] drops (see
-/// `a_connection_takes_no_new_request_after_its_share_of_resets`); every drop is counted once, reset, with nothing read.
+/// The same traffic through the README's stack, over `Http2Connector`:
+/// every request succeeds, on one connection (hyper's server punishes no
+/// reset); every drop is counted once, reset, with nothing read.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn with_the_layer_the_same_traffic_loses_nothing_and_reads_nothing() {
+async fn with_the_layer_the_same_traffic_loses_nothing_reads_nothing_and_keeps_one_connection() {
     const N: usize = 2_000;
     let server = H2Paths::start(None).await;
     let layer = DrainOnDropLayer::new();
-    let svc = ServiceBuilder::new().layer(layer.clone()).service(h2_client());
+    let svc = ServiceBuilder::new()
+        .layer(RetryRefusedLayer::new())
+        .layer(layer.clone())
+        .service(connector_client(None));
     let run = h2_traffic(svc, server.uri(&format!("/len/{MIB}")), CALLERS, N, false).await;
     assert_eq!((run.sent, run.failed), (N, 0), "{run:?}");
-    let accepted = server.accepted.load(Ordering::SeqCst);
-    assert!(
-        (N / SHARE..=N / SHARE + 1).contains(&accepted),
-        "a connection per {SHARE} resets, never one given up by the server: {accepted}, {run:?}"
-    );
+    assert_eq!(server.accepted.load(Ordering::SeqCst), 1, "a server that punishes nothing: {run:?}");
     let s = settle(&layer.stats(), SLACK).await;
     assert_eq!(s.count(Reason::Reset), N as u64, "each early drop reset, counted once: {s:?}");
     assert_eq!(s.bytes_drained, 0, "{s:?}");
 }
 
-/// An origin's HTTP/2 connection takes no new request once early drops
-/// reset its share of streams: one caller, 45 drops, shares of 10: the
-/// drops 10, 20, 30 and 40 spend a share, the response after each moves its
-/// connection on, and the server sees 5 connections, the old ones closed
+/// A connection takes no new request once it has sent its share of
+/// RST_STREAM frames (fixed here at 10): one caller, 45 stalled bodies
+/// dropped (each one reset), so the 10th, 20th, 30th and 40th resets move
+/// a connection on, and the server sees 5 connections, the old ones closed
 /// by the client once their streams ended. A share of 0 keeps one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_takes_no_new_request_after_its_share_of_resets() {
     for (share, connections) in [(10, 5), (0, 1)] {
         let server = H2Paths::start(None).await;
-        let layer = layer().http2_resets_per_connection(share);
-        let mut svc = ServiceBuilder::new().layer(layer.clone()).service(h2_client());
+        let layer = layer();
+        let mut svc = ServiceBuilder::new().layer(layer.clone()).service(connector_client(Some(share)));
         for _ in 0..45 {
-            let (res, _) = head(&mut svc, server.uri(&format!("/len/{MIB}"))).await;
+            let (res, _) = head(&mut svc, server.uri("/stall")).await;
             drop(res);
         }
+        wait_for(&format!("share {share}: 45 streams reset"), HOLD_BOUND, || server.cancelled() == 45).await;
         let (res, _) = head(&mut svc, server.uri("/small")).await;
         assert_eq!(read_all(res.into_body()).await.unwrap(), b"small body\n");
         assert_eq!(server.accepted.load(Ordering::SeqCst), connections, "share {share}");
@@ -176,6 +184,54 @@ async fn a_connection_takes_no_new_request_after_its_share_of_resets() {
         let s = settle(&layer.stats(), SLACK).await;
         assert_eq!(s.count(Reason::Reset), 45, "share {share}: {s:?}");
     }
+}
+
+/// A dropped body that had all arrived closes its stream and sends no
+/// RST_STREAM: the connection is not charged for it. 200 small bodies
+/// (their one DATA frame ends the stream) dropped unread under a share of
+/// 1: no reset at the server, one connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drops_that_reset_nothing_charge_nothing() {
+    let server = H2Paths::start(None).await;
+    let layer = layer();
+    let mut svc = ServiceBuilder::new().layer(layer.clone()).service(connector_client(Some(1)));
+    for _ in 0..200 {
+        let (res, _) = head(&mut svc, server.uri("/small")).await;
+        // The body's one frame has arrived (or arrives) with END_STREAM.
+        tokio::task::yield_now().await;
+        drop(res);
+    }
+    let (res, _) = head(&mut svc, server.uri("/small")).await;
+    assert_eq!(read_all(res.into_body()).await.unwrap(), b"small body\n");
+    assert_eq!(server.cancelled(), 0, "nothing reset");
+    assert_eq!(server.accepted.load(Ordering::SeqCst), 1, "so nothing charged");
+}
+
+/// One layer shared by two clients, each over its own connector: client A
+/// resets 60 streams under a share of 20 (its connection moves on three
+/// times), client B's requests, read to their end, all go on B's one
+/// connection; then B drops 5 bodies of its own, far within its share.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_layer_shared_by_two_clients_moves_only_the_connection_that_reset() {
+    let (a, b) = (H2Paths::start(None).await, H2Paths::start(None).await);
+    let layer = layer();
+    let mut svc_a = ServiceBuilder::new().layer(layer.clone()).service(connector_client(Some(20)));
+    let mut svc_b = ServiceBuilder::new().layer(layer.clone()).service(connector_client(Some(20)));
+    for i in 0..60 {
+        let (res, _) = head(&mut svc_a, a.uri("/stall")).await;
+        drop(res);
+        let (res, _) = head(&mut svc_b, b.uri("/small")).await;
+        assert_eq!(read_all(res.into_body()).await.unwrap(), b"small body\n", "B's request {i}");
+    }
+    for _ in 0..5 {
+        let (res, _) = head(&mut svc_b, b.uri("/stall")).await;
+        drop(res);
+    }
+    let (res, _) = head(&mut svc_b, b.uri("/small")).await;
+    read_all(res.into_body()).await.unwrap();
+    wait_for("A's 60 resets at its server", HOLD_BOUND, || a.cancelled() == 60).await;
+    assert!(a.accepted.load(Ordering::SeqCst) >= 3, "A moved on at 20 and 40 (and 60)");
+    assert_eq!(b.accepted.load(Ordering::SeqCst), 1, "B never moved for A's resets");
 }
 
 /// (1) A body trickling 1 KiB every 2 ms, without and with a length: the

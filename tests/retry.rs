@@ -139,23 +139,39 @@ async fn a_request_above_an_error_goaways_last_stream_goes_again_on_a_new_connec
     goaway_above_last_stream(INTERNAL_ERROR).await;
 }
 
-/// What the server may have processed is never sent again: a stream reset
-/// with any code but REFUSED_STREAM, one at or below a GOAWAY's last stream
-/// id whose connection then closes, one whose connection is cut.
+/// Failures after which the server may have processed the request: a
+/// stream reset with any code but REFUSED_STREAM, one at or below a
+/// GOAWAY's last stream id whose connection then closes, one whose
+/// connection is cut.
+const MAY_HAVE_PROCESSED: [(&str, Act); 5] = [
+    ("RST_STREAM CANCEL", Act::Reset(CANCEL)),
+    ("RST_STREAM INTERNAL_ERROR", Act::Reset(INTERNAL_ERROR)),
+    ("RST_STREAM ENHANCE_YOUR_CALM (Node's refusals)", Act::Reset(ENHANCE_YOUR_CALM)),
+    ("GOAWAY at its stream, then the connection closed", Act::GoAwayThenCut),
+    ("the connection cut", Act::Cut),
+];
+
+/// A POST the server may have processed is never sent again.
 #[tokio::test]
-async fn a_request_the_server_may_have_processed_is_never_sent_again() {
-    let cases = [
-        ("RST_STREAM CANCEL", Act::Reset(CANCEL)),
-        ("RST_STREAM INTERNAL_ERROR", Act::Reset(INTERNAL_ERROR)),
-        ("RST_STREAM ENHANCE_YOUR_CALM (Node's refusals)", Act::Reset(ENHANCE_YOUR_CALM)),
-        ("GOAWAY at its stream, then the connection closed", Act::GoAwayThenCut),
-        ("the connection cut", Act::Cut),
-    ];
-    for (what, act) in cases {
+async fn a_post_the_server_may_have_processed_is_never_sent_again() {
+    for (what, act) in MAY_HAVE_PROCESSED {
         let server = RawH2::start(move |_| act).await;
-        let result = status(&mut stack(), server.uri("/")).await;
+        let req = Request::post(server.uri("/")).body(Full::new(Bytes::from_static(b"once"))).unwrap();
+        let result = stack::<Full<Bytes>>().oneshot(req).await;
         assert!(result.is_err(), "{what}: the request fails: {result:?}");
         assert_eq!(server.requests(), 1, "{what}: never sent again ({result:?})");
+    }
+}
+
+/// An idempotent request (GET) that failed so goes again: sent twice, it
+/// has the effect of once (RFC 9110, 9.2.2), as the docs say.
+#[tokio::test]
+async fn an_idempotent_request_the_server_may_have_processed_goes_again() {
+    for (what, act) in MAY_HAVE_PROCESSED {
+        let first = move |a: Arrived| a.conn == 0 && a.nth_on_conn == 0;
+        let server = RawH2::start(move |a| if first(a) { act } else { Act::Answer }).await;
+        assert_eq!(status(&mut stack(), server.uri("/")).await, Ok(StatusCode::OK), "{what}");
+        assert_eq!(server.requests(), 2, "{what}: sent again once");
     }
 }
 

@@ -8,6 +8,8 @@ mod heads;
 mod key;
 mod table;
 
+#[cfg(feature = "http2")]
+use std::sync::atomic::AtomicBool;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -36,9 +38,11 @@ pub(crate) struct Origin {
     epoch: Instant,
     /// Drains of this origin holding a slot under `max_concurrent_drains`.
     drains: AtomicUsize,
-    /// Its HTTP/2 streams reset by early drops, against its connection's
-    /// share (`http2.rs`).
-    pub(crate) resets: crate::http2::Resets,
+    /// Its HTTP/2 responses came on an `Http2Connector`'s connections: its
+    /// requests' connections are captured, so that such a connection can be
+    /// moved on (`connector::Link`).
+    #[cfg(feature = "http2")]
+    links: AtomicBool,
 }
 
 impl Origin {
@@ -51,7 +55,24 @@ impl Origin {
             heads: heads::HeadTimes::default(),
             epoch: Instant::now(),
             drains: AtomicUsize::new(0),
-            resets: crate::http2::Resets::default(),
+            #[cfg(feature = "http2")]
+            links: AtomicBool::new(false),
+        }
+    }
+
+    /// Whether its requests' connections are captured (see `links`).
+    #[cfg(feature = "http2")]
+    #[inline]
+    pub(crate) fn captures(&self) -> bool {
+        self.links.load(Ordering::Relaxed)
+    }
+
+    /// An HTTP/2 response of this origin came on an `Http2Connector`'s
+    /// connection.
+    #[cfg(feature = "http2")]
+    pub(crate) fn served_by_links(&self) {
+        if !self.links.load(Ordering::Relaxed) {
+            self.links.store(true, Ordering::Relaxed);
         }
     }
 

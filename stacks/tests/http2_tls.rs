@@ -1,31 +1,35 @@
-//! HTTP/2 over TLS, negotiated with ALPN (what most HTTPS APIs speak, and
-//! reqwest's default over TLS): 16 callers dropping 1 MiB bodies after
-//! their heads, through the layer, lose no request, on a connection per 250 drops; each
-//! drop is reset at once, nothing read. (With h2 0.4.20 and older,
-//! hyper-util alone lost requests here to its own GOAWAY
-//! `too_many_internal_resets`; tests/http2.rs checks the h2 this build has.)
+//! HTTP/2 over TLS, negotiated with ALPN as hyper-rustls users run it (h2
+//! and HTTP/1.1 offered, no `http2_only`; the server picks h2), counted at
+//! the server:
+//! - hyper-util alone dials a TLS connection for every request that waits
+//!   for one (the control), where the README's stack, over
+//!   `Http2Connector`, dials one;
+//! - a connection moved on (its share of resets spent) is replaced by one
+//!   dial, not one per caller waiting;
+//! - a server that punishes nothing keeps one connection however many
+//!   bodies are dropped, each reset at once, nothing read, no request lost.
 
 #[path = "../../tests/support/mod.rs"]
 mod support;
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use bytes::Bytes;
-use drain_on_drop::{DrainOnDropLayer, Reason};
+use drain_on_drop::{DrainOnDropLayer, Http2Connector, Reason, RetryRefusedLayer};
 use http_body_util::Empty;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
-use tower::ServiceBuilder;
+use tower::{Service, ServiceBuilder, ServiceExt};
 
 use support::*;
 
-/// A TLS server for `localhost` offering only `h2` by ALPN, answering with
-/// 1 MiB in 16 KiB frames; its port, the client's TLS configuration that
-/// trusts it, and the connections accepted.
-async fn h2_tls_server() -> (u16, rustls::ClientConfig, Arc<std::sync::atomic::AtomicUsize>) {
+/// A TLS server for `localhost` offering h2 and HTTP/1.1 by ALPN, as real
+/// servers do, answering with `len` bytes in 16 KiB frames; its port, the
+/// client's TLS configuration that trusts it, and the connections accepted.
+async fn tls_server(len: usize) -> (u16, rustls::ClientConfig, Arc<AtomicUsize>) {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let key = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
     let cert = key.cert.der().clone();
@@ -36,7 +40,7 @@ async fn h2_tls_server() -> (u16, rustls::ClientConfig, Arc<std::sync::atomic::A
         .with_no_client_auth()
         .with_single_cert(vec![cert.clone()], private)
         .unwrap();
-    server.alpn_protocols = vec![b"h2".to_vec()];
+    server.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server));
     let (addr, accepted) = accept_each(move |io: hyper_util::rt::TokioIo<tokio::net::TcpStream>| {
         let acceptor = acceptor.clone();
@@ -44,7 +48,7 @@ async fn h2_tls_server() -> (u16, rustls::ClientConfig, Arc<std::sync::atomic::A
             let tcp = io.into_inner();
             let _ = tcp.set_nodelay(true);
             if let Ok(tls) = acceptor.accept(tcp).await {
-                serve_h2(hyper_util::rt::TokioIo::new(tls), MIB).await;
+                serve_h2(hyper_util::rt::TokioIo::new(tls), len).await;
             }
         }
     })
@@ -59,46 +63,121 @@ async fn h2_tls_server() -> (u16, rustls::ClientConfig, Arc<std::sync::atomic::A
     (addr.port(), client, accepted)
 }
 
-/// hyper-util's pooled client over rustls, offering h2 and HTTP/1.1 by ALPN
-/// (the server takes h2).
-fn client(tls: rustls::ClientConfig) -> Client<hyper_rustls::HttpsConnector<HttpConnector>, Empty<Bytes>> {
+type Https = hyper_rustls::HttpsConnector<HttpConnector>;
+
+/// hyper-rustls' connector offering h2 and HTTP/1.1 by ALPN.
+fn https(tls: rustls::ClientConfig) -> Https {
     let mut http = HttpConnector::new();
     http.set_nodelay(true);
     http.enforce_http(false);
-    let https = hyper_rustls::HttpsConnectorBuilder::new()
+    hyper_rustls::HttpsConnectorBuilder::new()
         .with_tls_config(tls)
         .https_only()
         .enable_all_versions()
-        .wrap_connector(http);
-    Client::builder(TokioExecutor::new()).build(https)
+        .wrap_connector(http)
+}
+
+/// hyper-util's client over `connector`, at its defaults (no `http2_only`).
+fn client<C>(connector: C) -> Client<C, Empty<Bytes>>
+where
+    C: hyper_util::client::legacy::connect::Connect + Clone + Send + Sync + 'static,
+{
+    Client::builder(TokioExecutor::new()).build(connector)
+}
+
+/// `callers` requests at once, each read to its end: how many failed.
+async fn at_once<S, B>(svc: S, uri: http::Uri, callers: usize) -> usize
+where
+    S: Service<http::Request<Empty<Bytes>>, Response = http::Response<B>> + Clone + Send + 'static,
+    S::Future: Send,
+    S::Error: std::fmt::Debug + Send,
+    B: http_body::Body + Send + 'static,
+    B::Data: Send,
+{
+    let tasks: Vec<_> = (0..callers)
+        .map(|_| {
+            let (mut svc, uri) = (svc.clone(), uri.clone());
+            tokio::spawn(async move {
+                let res = svc.ready().await.map_err(|e| format!("{e:?}"))?.call(get(uri)).await;
+                let res = res.map_err(|e| format!("{e:?}"))?;
+                assert_eq!(res.version(), http::Version::HTTP_2, "ALPN chose h2");
+                read_all(res.into_body()).await.map(drop).map_err(|_| "body".to_string())
+            })
+        })
+        .collect();
+    let mut failed = 0;
+    for task in tasks {
+        failed += usize::from(task.await.unwrap().is_err());
+    }
+    failed
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn over_tls_with_alpn_h2_early_drops_are_reset_at_once_and_cost_no_request() {
-    const N: usize = 1_500;
-    let (port, tls, accepted) = h2_tls_server().await;
+async fn control_alone_over_alpn_dials_a_connection_for_every_caller_waiting_for_one() {
+    let (port, tls, accepted) = tls_server(16 * KIB).await;
     let uri: http::Uri = format!("https://localhost:{port}/").parse().unwrap();
+    assert_eq!(at_once(client(https(tls)), uri, 16).await, 0);
+    let n = accepted.load(Ordering::SeqCst);
+    println!("hyper-util alone, 16 callers at once over ALPN: {n} TLS connections");
+    assert!(n >= 2, "the control: more than one dial for 16 callers at once (hyperium/hyper#1485): {n}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_alpn_callers_at_the_start_wait_for_one_dial() {
+    if std::env::var_os("TRACE_DIALS").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter("drain_on_drop::dial=trace,hyper_util::client::legacy=trace")
+            .try_init();
+    }
+    let (port, tls, accepted) = tls_server(16 * KIB).await;
+    let uri: http::Uri = format!("https://localhost:{port}/").parse().unwrap();
+    let svc = ServiceBuilder::new()
+        .layer(RetryRefusedLayer::new())
+        .layer(DrainOnDropLayer::new())
+        .service(client(Http2Connector::new(https(tls))));
+    assert_eq!(at_once(svc, uri, 16).await, 0);
+    assert_eq!(accepted.load(Ordering::SeqCst), 1, "16 callers, one TLS connection");
+}
+
+/// `requests` GETs by 16 callers through the README's stack over `connector`,
+/// each body (1 MiB) dropped after its head: the run, and the layer's
+/// counts.
+async fn drops(
+    connector: Http2Connector<Https>,
+    uri: http::Uri,
+    requests: usize,
+) -> (H2Run, drain_on_drop::DrainSnapshot) {
     let layer = DrainOnDropLayer::new();
-    let mut svc = ServiceBuilder::new().layer(layer.clone()).service(client(tls));
-    // One request first: until a connection has negotiated h2, hyper-util
-    // dials one per concurrent request (alone or not).
-    let res = tower::ServiceExt::ready(&mut svc).await.unwrap();
-    let res = tower::Service::call(res, get(uri.clone())).await.unwrap();
-    assert_eq!(res.version(), http::Version::HTTP_2, "ALPN chose h2");
-    read_all(res.into_body()).await.unwrap();
-    let run = h2_traffic(svc, uri, 16, N, false).await;
+    let svc =
+        ServiceBuilder::new().layer(RetryRefusedLayer::new()).layer(layer.clone()).service(client(connector));
+    let run = h2_traffic(svc, uri, 16, requests, false).await;
+    (run, settle(&layer.stats(), SECONDS).await)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_punishes_nothing_keeps_one_connection_over_alpn() {
+    const N: usize = 1_500;
+    let (port, tls, accepted) = tls_server(MIB).await;
+    let uri: http::Uri = format!("https://localhost:{port}/").parse().unwrap();
+    let (run, s) = drops(Http2Connector::new(https(tls)), uri, N).await;
     assert_eq!((run.sent, run.failed), (N, 0), "{run:?}");
-    // The connection moves on after each 250 resets (the layer's default
-    // `http2_resets_per_connection`); until the next has negotiated h2 by
-    // ALPN, hyper-util dials one for each of the 16 callers waiting, as it
-    // does for the first, and keeps one.
-    let (accepted, moves) = (accepted.load(Ordering::SeqCst), N / 250);
-    assert!(
-        (1 + moves..=1 + moves * 16).contains(&accepted),
-        "a connection per 250 resets, each dialed by up to 16 callers: {accepted}, {run:?}"
-    );
-    let s = layer.stats().snapshot();
-    assert_eq!(s.count(Reason::Reset), N as u64, "each drop reset, counted once (the first was read): {s:?}");
+    assert_eq!(accepted.load(Ordering::SeqCst), 1, "one connection for {N} drops: {run:?}");
+    assert_eq!(s.count(Reason::Reset), N as u64, "each drop reset at once, counted once: {s:?}");
     assert_eq!((s.bytes_drained, s.in_flight), (0, 0), "nothing read, nothing held: {s:?}");
-    println!("over TLS, with the layer: {run:?}; {s:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_that_moves_on_is_replaced_by_one_dial_not_one_per_caller() {
+    const N: usize = 1_500;
+    const SHARE: usize = 100;
+    let (port, tls, accepted) = tls_server(MIB).await;
+    let uri: http::Uri = format!("https://localhost:{port}/").parse().unwrap();
+    let connector = Http2Connector::new(https(tls)).resets_per_connection(SHARE);
+    let (run, _) = drops(connector, uri, N).await;
+    assert_eq!((run.sent, run.failed), (N, 0), "{run:?}");
+    // Every connection but the last took at least SHARE resets (a body that
+    // had all arrived is closed, not reset: those do not count).
+    let (n, most) = (accepted.load(Ordering::SeqCst), N / SHARE + 1);
+    println!("{N} drops, a move per {SHARE} resets: {n} connections; {run:?}");
+    assert!((2..=most).contains(&n), "one dial per move, never one per caller waiting: {n} connections");
 }
