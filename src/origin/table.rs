@@ -174,6 +174,34 @@ mod tests {
         assert_eq!(origins.len(), PER_SHARD + 1, "another part has room of its own");
     }
 
+    /// Services behind one gateway, sidecars on localhost, a test suite's
+    /// servers: origins that differ by their port alone spread over the
+    /// table's parts like any others, and keep their state up to the
+    /// table's capacity.
+    #[test]
+    fn many_origins_on_one_host_keep_their_state() {
+        let origins = Origins::default();
+        let uri = |port: u16| format!("http://127.0.0.1:{port}/");
+        let kept: Vec<Arc<Origin>> = (0..64).map(|i| find_uri(&origins, &uri(8000 + i))).collect();
+        for (i, origin) in kept.iter().enumerate() {
+            origin.record_head(std::time::Instant::now(), Duration::from_millis(1 + i as u64));
+        }
+        for _ in 0..3 {
+            for (i, origin) in kept.iter().enumerate() {
+                let again = find_uri(&origins, &uri(8000 + i as u16));
+                assert!(Arc::ptr_eq(origin, &again), "port {}: the same origin, not a new one", 8000 + i);
+                assert_eq!(again.round_trip(), Some(Duration::from_millis(1 + i as u64)), "its state kept");
+            }
+        }
+        assert_eq!(origins.len(), 64);
+        let part = |port: u16| {
+            let target = origins.target(&uri(port).parse().unwrap(), &http::HeaderMap::new()).unwrap();
+            (target.hash() >> 60) as usize % SHARDS
+        };
+        let parts: std::collections::BTreeSet<usize> = (8000..8064).map(part).collect();
+        assert!(parts.len() > SHARDS / 2, "spread over the parts: {parts:?}");
+    }
+
     #[test]
     fn one_origin_however_its_uri_is_written_and_estimates_kept_between_uses() {
         let origins = Origins::default();
