@@ -1,8 +1,11 @@
 //! `RetryRefused`: a request the server refused before processing it is
-//! sent again, and never one it may have processed. The server speaks the
-//! frames itself (`support::h2::RawH2`), so each refusal is exact, and
-//! counts every request and connection that reached it. Each case has its
-//! control: hyper-util's client alone fails the same request.
+//! sent again whatever its method, one it may have processed only if its
+//! method is idempotent (never a POST). The server speaks the frames itself
+//! (`support::h2::RawH2`), so each refusal is exact, and counts every
+//! request and connection that reached it. Each case has its control:
+//! hyper-util's client alone fails the same request. The last four tests
+//! catch a request where hyper parks it, waiting for a stream slot on a
+//! server that allows one, when a GOAWAY comes.
 
 mod support;
 
@@ -257,4 +260,357 @@ async fn it_composes_with_towers_timeout_and_retry_and_the_drain() {
         .service(h2_client::<Empty<Bytes>>());
     let result = status(&mut svc, silent.uri("/")).await;
     assert!(result.as_ref().is_err_and(|e| e.contains("Elapsed")), "the timeout's error: {result:?}");
+}
+
+/// What a failed request's error says, read from its cause chain as the
+/// retry reads it.
+#[derive(Clone, Debug)]
+struct Failed {
+    /// The error's `Debug`.
+    debug: String,
+    /// A hyper error in the chain `is_canceled`.
+    canceled: bool,
+    /// The h2 error in the chain, if any: its reason, whether the peer sent
+    /// it (`is_remote`), whether it is a GOAWAY.
+    h2: Option<(Option<::h2::Reason>, bool, bool)>,
+}
+
+impl Failed {
+    fn of(error: &(dyn std::error::Error + 'static)) -> Failed {
+        let (mut canceled, mut h2) = (false, None);
+        let mut next = Some(error);
+        while let Some(e) = next {
+            if let Some(e) = e.downcast_ref::<hyper::Error>() {
+                canceled |= e.is_canceled();
+            }
+            if let Some(e) = e.downcast_ref::<::h2::Error>() {
+                h2 = h2.or(Some((e.reason(), e.is_remote(), e.is_go_away())));
+            }
+            next = e.source();
+        }
+        Failed { debug: format!("{error:?}"), canceled, h2 }
+    }
+
+    /// An h2 error with `reason` that hyper rebuilt from the bare reason
+    /// (`h2::Error::from(Reason)`): it says neither who sent it nor whether
+    /// it was a GOAWAY.
+    fn is_rebuilt(&self, reason: ::h2::Reason) -> bool {
+        self.h2 == Some((Some(reason), false, false))
+    }
+}
+
+/// `req` through `svc`: its status, or what its error says.
+async fn send<S, B>(svc: &mut S, req: Request<Empty<Bytes>>) -> Result<StatusCode, Failed>
+where
+    S: Service<Request<Empty<Bytes>>, Response = Response<B>>,
+    S::Error: std::error::Error + 'static,
+{
+    let res = svc.ready().await.map_err(|e| Failed::of(&e))?.call(req).await;
+    res.map(|r| r.status()).map_err(|e| Failed::of(&e))
+}
+
+/// Every failure the retry saw, in order: what each try got from the
+/// services below it.
+type Seen = std::sync::Arc<std::sync::Mutex<Vec<Failed>>>;
+
+/// [`stack`], with every error that reaches the retry written down in
+/// `seen` on its way up (unchanged).
+fn observed_stack(
+    seen: Seen,
+) -> impl Service<
+    Request<Empty<Bytes>>,
+    Response = Response<drain_on_drop::DrainBody<hyper::body::Incoming>>,
+    Error = hyper_util::client::legacy::Error,
+> + Clone {
+    ServiceBuilder::new()
+        .layer(RetryRefusedLayer::new())
+        .map_err(move |e: hyper_util::client::legacy::Error| {
+            seen.lock().unwrap().push(Failed::of(&e));
+            e
+        })
+        .layer(DrainOnDropLayer::new())
+        .service(h2_client())
+}
+
+/// How long B gets, try after try, to be parked inside hyper (dispatched,
+/// its h2 stream pending open) before the server's GOAWAY. Nothing
+/// tells a test that hyper has parked it: that happens in hyper's dispatch
+/// task, which runs when the runtime gets to it, and on a loaded machine
+/// (CI runs these tests with busy loops on every core) it may not run for a
+/// while. A try whose B was not parked yet when the GOAWAY arrived tests
+/// nothing here (hyper never hands B to h2 on the closing connection, and
+/// hyper-util sends it on a new one by itself), so each test tells such a
+/// try apart by what it left, and does it again with the next, longer wait:
+/// it fails only if B is never parked, the longest wait included.
+const PARK_WAITS: [Duration; 4] =
+    [Duration::from_millis(50), Duration::from_millis(200), Duration::from_secs(1), SLACK];
+
+/// Runs `attempt` with each of [`PARK_WAITS`] until it says B was parked
+/// (returns `Some`).
+async fn until_parked<T>(what: &str, mut attempt: impl AsyncFnMut(Duration) -> Option<T>) -> T {
+    for wait in PARK_WAITS {
+        if let Some(done) = attempt(wait).await {
+            return done;
+        }
+        eprintln!("{what}: B was not parked in hyper {wait:?} after it was sent: again, waiting longer");
+    }
+    panic!("{what}: B was never parked in hyper before the GOAWAY, even given {SLACK:?}")
+}
+
+/// The script of the one-stream server: a connection's first request
+/// (`/up`) answered, its second (A) held until the test's GOAWAY answers
+/// it, any other answered when it arrives.
+fn a_held(a: Arrived) -> Act {
+    if a.nth_on_conn == 1 { Act::Hold } else { Act::Answer }
+}
+
+/// What one try of [`parked_b`] left.
+#[derive(Debug)]
+struct Parked {
+    /// What A's caller got.
+    a: Result<StatusCode, Failed>,
+    /// What B's caller got.
+    b: Result<StatusCode, Failed>,
+    /// B's arrivals at the server: the third request on connection 0, any
+    /// request on a later connection.
+    b_at_server: Vec<Arrived>,
+}
+
+impl Parked {
+    /// Whether B reached the server on connection 0 after the GOAWAY: h2
+    /// sent it on the slot A freed, so it had been waiting there.
+    fn sent_after_go_away(&self) -> bool {
+        self.b_at_server.iter().any(|b| b.conn == 0 && b.after_go_away)
+    }
+}
+
+/// On a server allowing one stream at a time (SETTINGS_MAX_CONCURRENT_STREAMS
+/// = 1; `server`, scripted by [`a_held`]): `GET /up` brings the connection
+/// up, `GET /a` (A) takes the slot and is held, then `method /b` (B, empty
+/// body, so its HEADERS end it) is sent: hyper takes it and parks it,
+/// its stream pending open until the slot is free. `wait` later, the server
+/// sends GOAWAY `code` with `last` on the connection, answers A, then does
+/// what `then` says. Returns once both callers have their results and
+/// connection 0 is closed (so that all B's frames on it were read).
+async fn parked_b<S, B>(
+    svc: S,
+    server: &RawH2,
+    method: http::Method,
+    wait: Duration,
+    (code, last, then): (u32, Last, Then),
+) -> Parked
+where
+    S: Service<Request<Empty<Bytes>>, Response = Response<B>> + Clone,
+    S::Error: std::error::Error + 'static,
+{
+    let (mut up, mut a, mut b) = (svc.clone(), svc.clone(), svc);
+    assert_eq!(
+        send(&mut up, get(server.uri("/up"))).await.ok(),
+        Some(StatusCode::OK),
+        "the connection is up"
+    );
+    let (a, b) = tokio::join!(send(&mut a, get(server.uri("/a"))), async {
+        wait_for("A at the server", SLACK, || server.requests() == 2).await;
+        let req = Request::builder().method(method).uri(server.uri("/b")).body(Empty::new()).unwrap();
+        let (b, sent) = tokio::join!(send(&mut b, req), async {
+            tokio::time::sleep(wait).await;
+            server.go_away(0, code, last, then).await
+        });
+        assert!(sent, "the GOAWAY was written on connection 0, before it closed");
+        b
+    });
+    wait_for("connection 0 closed", SLACK, || server.ended(0)).await;
+    let b_at_server = server.arrivals().into_iter().filter(|r| r.conn > 0 || r.nth_on_conn == 2).collect();
+    Parked { a, b, b_at_server }
+}
+
+/// The first phase of a graceful shutdown (RFC 9113, 6.8): GOAWAY NO_ERROR,
+/// last stream id 2^31-1, then A answered, and the connection keeps serving.
+const GRACEFUL_PHASE_ONE: (u32, Last, Then) = (NO_ERROR, Last::Max, Then::KeepServing);
+
+/// `go_away` (whose last stream id covers B) while B waits in hyper for
+/// the slot A holds, through hyper-util's client alone (`retry` false,
+/// `seen` left empty) or the stack (`seen`: what the retry saw): the first
+/// try that parked B, which shows in h2 sending it on the slot A freed.
+async fn processed_though_failed(
+    retry: bool,
+    method: http::Method,
+    go_away: (u32, Last, Then),
+    seen: &Seen,
+) -> Parked {
+    let what = format!("{method} after GOAWAY {go_away:?} (stack: {retry})");
+    until_parked(&what, async |wait| {
+        seen.lock().unwrap().clear();
+        let server = RawH2::start_with(Some(1), a_held).await;
+        let parked = if retry {
+            parked_b(observed_stack(seen.clone()), &server, method.clone(), wait, go_away).await
+        } else {
+            parked_b(h2_client(), &server, method.clone(), wait, go_away).await
+        };
+        eprintln!("{what}, {wait:?}: {parked:?}; the retry saw {:?}", seen.lock().unwrap());
+        parked.sent_after_go_away().then_some(parked)
+    })
+    .await
+}
+
+/// A processed request must not be sent twice. On a server allowing one
+/// stream at a time, A holds the slot and a POST (B) waits for it inside
+/// hyper. The server starts a graceful shutdown (GOAWAY NO_ERROR, last
+/// stream id 2^31-1: every stream may still come), then answers A; h2 sends
+/// B on the freed slot, and the server processes it and answers it. hyper
+/// 1.13 fails B all the same, as `is_canceled` ("connection closed"): its
+/// dispatch task fails the request it parked once h2 reports the GOAWAY
+/// (hyper's src/proto/h2/client.rs, `poll_dispatch`). The control,
+/// hyper-util's client alone, shows that: B processed, its caller told it
+/// failed. With the stack, B's POST is not sent again (a canceled request
+/// may have been processed, and this one was): the server saw it once.
+#[tokio::test]
+async fn a_post_sent_after_a_graceful_goaways_first_phase_is_never_sent_twice_though_hyper_fails_it() {
+    let seen = Seen::default();
+    for retry in [false, true] {
+        let parked = processed_though_failed(retry, http::Method::POST, GRACEFUL_PHASE_ONE, &seen).await;
+        let with = if retry { "the stack" } else { "the control (hyper-util alone)" };
+        assert_eq!(parked.a.as_ref().ok(), Some(&StatusCode::OK), "{with}: A is answered: {parked:?}");
+        assert_eq!(
+            parked.b_at_server.len(),
+            1,
+            "{with}: the server processed B once, and B's POST never went again: {parked:?}"
+        );
+        // What hyper 1.13 tells B's caller: failed, though the server
+        // processed it and answered.
+        assert!(
+            parked.b.as_ref().is_err_and(|e| e.canceled && e.debug.contains("connection closed")),
+            "{with}: B's caller gets hyper's is_canceled (\"connection closed\"): {:?}",
+            parked.b
+        );
+        if retry {
+            let seen = seen.lock().unwrap();
+            assert!(
+                seen.len() == 1 && seen[0].canceled,
+                "the retry saw B fail once, canceled, and sent nothing again: {seen:?}"
+            );
+        }
+    }
+}
+
+/// The same spot with a GET as B: hyper fails it as `is_canceled` though
+/// the server processed it, and an idempotent request may go again (RFC
+/// 9110, 9.2.2): with the stack, B's caller gets the answer, the server
+/// having seen B at most twice (on the closing connection, then on a new
+/// one).
+#[tokio::test]
+async fn a_get_sent_after_a_graceful_goaways_first_phase_may_go_again_and_is_answered() {
+    let seen = Seen::default();
+    let parked = processed_though_failed(true, http::Method::GET, GRACEFUL_PHASE_ONE, &seen).await;
+    assert_eq!(parked.a.as_ref().ok(), Some(&StatusCode::OK), "A is answered: {parked:?}");
+    assert_eq!(parked.b.as_ref().ok(), Some(&StatusCode::OK), "B's caller gets the answer: {parked:?}");
+    assert!(parked.b_at_server.len() <= 2, "B reached the server at most twice: {parked:?}");
+    let seen = seen.lock().unwrap();
+    assert!(
+        seen.first().is_some_and(|f| f.canceled),
+        "the mechanism: B's first try failed as hyper's is_canceled though the server processed it: {seen:?}"
+    );
+}
+
+/// GOAWAY INTERNAL_ERROR whose last stream id is A's, then A answered and
+/// the connection closed 200 ms later: as Node does after too many resets.
+const ERROR_GOAWAY: (u32, Last, Then) = (INTERNAL_ERROR, Last::Seen, Then::Close);
+
+/// An error GOAWAY while B waits in hyper for the slot A holds, through
+/// hyper-util's client alone (`retry` false) or the stack: the first try
+/// that parked B. A B that was parked fails on its first try (hyper fails
+/// it with the GOAWAY's reason); one that was not is handed back to
+/// hyper-util unsent, which sends it on a new connection itself, and its
+/// first try does not fail at all.
+async fn refused_while_parked(retry: bool, method: http::Method, seen: &Seen) -> (Parked, Failed) {
+    let what = format!("{method} refused by an error GOAWAY (stack: {retry})");
+    until_parked(&what, async |wait| {
+        seen.lock().unwrap().clear();
+        let server = RawH2::start_with(Some(1), a_held).await;
+        let parked = if retry {
+            parked_b(observed_stack(seen.clone()), &server, method.clone(), wait, ERROR_GOAWAY).await
+        } else {
+            parked_b(h2_client(), &server, method.clone(), wait, ERROR_GOAWAY).await
+        };
+        eprintln!("{what}, {wait:?}: {parked:?}; the retry saw {:?}", seen.lock().unwrap());
+        let first_failure =
+            if retry { seen.lock().unwrap().first().cloned() } else { parked.b.clone().err() };
+        first_failure.map(|failure| (parked, failure))
+    })
+    .await
+}
+
+/// A refused request goes again. On a server allowing one stream at a
+/// time, A holds the slot and a GET (B) waits for it inside hyper; the
+/// server sends GOAWAY INTERNAL_ERROR whose last stream id is A's, answers
+/// A, then closes the connection (as Node does after too many resets). B
+/// was never sent (its stream id is above the last stream id), but hyper
+/// fails it with an h2 error it rebuilt from the GOAWAY's bare reason, which
+/// says neither that the peer sent it nor that it was a GOAWAY. The
+/// control, hyper-util's client alone, fails B so. With the stack, B (a GET:
+/// idempotent) is sent again on a new connection and answered, and the
+/// server saw it once, there.
+#[tokio::test]
+async fn a_get_refused_by_an_error_goaway_while_it_waited_for_a_stream_goes_again() {
+    let seen = Seen::default();
+    for retry in [false, true] {
+        let (parked, first) = refused_while_parked(retry, http::Method::GET, &seen).await;
+        let with = if retry { "the stack" } else { "the control (hyper-util alone)" };
+        assert_eq!(parked.a.as_ref().ok(), Some(&StatusCode::OK), "{with}: A is answered: {parked:?}");
+        assert!(
+            first.is_rebuilt(::h2::Reason::INTERNAL_ERROR),
+            "{with}: hyper fails B with an h2 INTERNAL_ERROR rebuilt from the bare reason: {first:?}"
+        );
+        if retry {
+            assert_eq!(parked.b.as_ref().ok(), Some(&StatusCode::OK), "sent again, and answered: {parked:?}");
+            assert!(
+                parked.b_at_server.len() == 1 && parked.b_at_server[0].conn == 1,
+                "the server saw B once, on the new connection: {parked:?}"
+            );
+        } else {
+            assert!(parked.b.is_err(), "the control: B fails: {parked:?}");
+            assert!(parked.b_at_server.is_empty(), "the control: the server never saw B: {parked:?}");
+        }
+    }
+}
+
+/// The same spot with a POST as B. The server never processed it (its
+/// stream id is above the GOAWAY's last stream id), but hyper's error says
+/// only INTERNAL_ERROR, rebuilt from the bare reason: neither that the peer
+/// sent it nor that it was a GOAWAY, so not whether B was sent. So a POST
+/// failed so is NOT sent again: its caller gets the error, and the server
+/// never saw B. The control shows why: an INTERNAL_ERROR GOAWAY whose last
+/// stream id covers B (2^31-1) lets h2 send B on the slot A frees, the
+/// server processes it, and hyper fails it with the very same error; sent
+/// again, that POST would have been processed twice.
+#[tokio::test]
+async fn a_post_refused_by_an_error_goaway_while_it_waited_for_a_stream_is_not_sent_again() {
+    let seen = Seen::default();
+    let (parked, first) = refused_while_parked(true, http::Method::POST, &seen).await;
+    assert_eq!(parked.a.as_ref().ok(), Some(&StatusCode::OK), "A is answered: {parked:?}");
+    assert!(
+        first.is_rebuilt(::h2::Reason::INTERNAL_ERROR),
+        "hyper fails B with an h2 INTERNAL_ERROR rebuilt from the bare reason: {first:?}"
+    );
+    assert!(
+        parked.b.as_ref().is_err_and(|e| e.is_rebuilt(::h2::Reason::INTERNAL_ERROR)),
+        "B's caller gets hyper's error: {:?}",
+        parked.b
+    );
+    assert!(parked.b_at_server.is_empty(), "the server never saw B: {parked:?}");
+    assert_eq!(seen.lock().unwrap().len(), 1, "one try, not sent again");
+
+    // The control: the same error for a B the server processed.
+    let covered = (INTERNAL_ERROR, Last::Max, Then::KeepServing);
+    let parked = processed_though_failed(true, http::Method::POST, covered, &seen).await;
+    assert!(
+        parked.b.as_ref().is_err_and(|e| e.is_rebuilt(::h2::Reason::INTERNAL_ERROR)),
+        "the control: B, processed, fails with the same error as B refused: {:?}",
+        parked.b
+    );
+    assert_eq!(
+        parked.b_at_server.len(),
+        1,
+        "the control: the server processed B once, never again: {parked:?}"
+    );
 }

@@ -7,7 +7,8 @@
 //! - [`RawH2`]: a server that speaks the frames itself, so that it refuses a
 //!   stream exactly as a test scripts it (RST_STREAM with any code, a GOAWAY
 //!   below a stream's id, a cut connection), counting every stream and
-//!   connection that reached it.
+//!   connection that reached it; it may allow one stream at a time, and
+//!   send a GOAWAY when the test says so ([`RawH2::go_away`]).
 //!
 //! And [`locked_version`]: the version of a crate this build resolved, for
 //! tests whose premise depends on it.
@@ -24,6 +25,7 @@ use http_body::Frame;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, oneshot};
 
 use super::{KIB, accept_each, query};
 
@@ -252,6 +254,9 @@ pub struct Arrived {
     pub nth_on_conn: usize,
     /// The stream's id.
     pub id: u32,
+    /// Whether the server had sent a GOAWAY on the connection
+    /// ([`RawH2::go_away`]) before the request arrived.
+    pub after_go_away: bool,
 }
 
 /// What [`RawH2`] does with a request that arrived.
@@ -289,6 +294,42 @@ pub struct RawCounts {
     pub requests: AtomicUsize,
     /// The body of every request that arrived, in order.
     pub bodies: Mutex<Vec<Vec<u8>>>,
+    /// Every request that arrived, in order.
+    pub arrivals: Mutex<Vec<Arrived>>,
+    /// The connections whose serving ended (closed by either side), by
+    /// number.
+    pub ended: Mutex<Vec<usize>>,
+}
+
+/// The last stream id of a GOAWAY sent by [`RawH2::go_away`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Last {
+    /// 2^31-1: the first phase of a graceful shutdown (RFC 9113, 6.8): any
+    /// stream the client opened or is about to open may still come.
+    Max,
+    /// The highest stream id of the requests that arrived whole on the
+    /// connection: any stream the client opens after them is above it.
+    Seen,
+}
+
+/// What the connection does after a GOAWAY of [`RawH2::go_away`] and the
+/// answers to the requests it held.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Then {
+    /// Goes on serving: requests arriving later are scripted as any other
+    /// (the client closes the connection once its streams are done).
+    KeepServing,
+    /// Closes the connection 200 ms later, as [`Act::GoAway`] does.
+    Close,
+}
+
+/// A GOAWAY a test asks a connection of [`RawH2`] for.
+struct GoAwayNow {
+    code: u32,
+    last: Last,
+    then: Then,
+    /// Told once the GOAWAY and the answers are written.
+    sent: oneshot::Sender<()>,
 }
 
 /// An h2c server speaking the frames itself, each request's fate decided
@@ -297,28 +338,71 @@ pub struct RawCounts {
 pub struct RawH2 {
     pub addr: SocketAddr,
     pub counts: Arc<RawCounts>,
+    /// Each connection's way to [`go_away`](Self::go_away), in the order
+    /// they were accepted.
+    controls: Arc<Mutex<Vec<mpsc::UnboundedSender<GoAwayNow>>>>,
 }
 
 type Script = Arc<dyn Fn(Arrived) -> Act + Send + Sync>;
 
 impl RawH2 {
+    /// Starts the server; its SETTINGS announce nothing (no limit on
+    /// concurrent streams).
     pub async fn start(script: impl Fn(Arrived) -> Act + Send + Sync + 'static) -> RawH2 {
+        RawH2::start_with(None, script).await
+    }
+
+    /// Starts the server; its SETTINGS announce `max_streams` concurrent
+    /// streams (SETTINGS_MAX_CONCURRENT_STREAMS), or nothing with `None`.
+    /// It never enforces the limit: the client keeps it.
+    pub async fn start_with(
+        max_streams: Option<u32>,
+        script: impl Fn(Arrived) -> Act + Send + Sync + 'static,
+    ) -> RawH2 {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let counts = Arc::new(RawCounts::default());
+        let controls: Arc<Mutex<Vec<mpsc::UnboundedSender<GoAwayNow>>>> = Default::default();
         let script: Script = Arc::new(script);
-        let c = counts.clone();
+        let (c, ctl) = (counts.clone(), controls.clone());
         tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
                 let _ = stream.set_nodelay(true);
+                let (tx, rx) = mpsc::unbounded_channel();
+                // Pushed before the count goes up: a test that saw the
+                // connection counted finds its control.
+                ctl.lock().unwrap().push(tx);
                 let conn = c.connections.fetch_add(1, Ordering::SeqCst);
                 let (c, script) = (c.clone(), script.clone());
                 tokio::spawn(async move {
-                    let _ = raw_connection(stream, conn, script, c).await;
+                    let _ = raw_connection(stream, conn, max_streams, script, rx, c.clone()).await;
+                    c.ended.lock().unwrap().push(conn);
                 });
             }
         });
-        RawH2 { addr, counts }
+        RawH2 { addr, counts, controls }
+    }
+
+    /// Has connection `conn` (numbered from 0, in the order accepted) send
+    /// GOAWAY with `code` and `last`, then answer every request it holds,
+    /// then do what `then` says, whatever it is doing (it keeps reading
+    /// frames while it waits). Returns once the GOAWAY and the answers are
+    /// written: `false` if the connection was already gone.
+    pub async fn go_away(&self, conn: usize, code: u32, last: Last, then: Then) -> bool {
+        let (sent, written) = oneshot::channel();
+        let control = self.controls.lock().unwrap().get(conn).cloned();
+        let control = control.unwrap_or_else(|| panic!("go_away: no connection {conn} was accepted"));
+        control.send(GoAwayNow { code, last, then, sent }).is_ok() && written.await.is_ok()
+    }
+
+    /// Every request that arrived whole, in order.
+    pub fn arrivals(&self) -> Vec<Arrived> {
+        self.counts.arrivals.lock().unwrap().clone()
+    }
+
+    /// Whether connection `conn`'s serving ended (closed by either side).
+    pub fn ended(&self, conn: usize) -> bool {
+        self.counts.ended.lock().unwrap().contains(&conn)
     }
 
     pub fn uri(&self, path: &str) -> http::Uri {
@@ -359,28 +443,114 @@ fn go_away(last: u32, code: u32) -> Vec<u8> {
     frame(0x7, 0, 0, &payload)
 }
 
+/// Reads frames one at a time, and never more of the socket than the frame
+/// it reads (what follows stays in the socket's buffer, as with
+/// `read_exact`).
+#[derive(Default)]
+struct Frames {
+    buf: Vec<u8>,
+    filled: usize,
+}
+
+/// A frame's type, flags, stream id and payload.
+type RawFrame = (u8, u8, u32, Vec<u8>);
+
+impl Frames {
+    /// The next frame. Cancel-safe (a `select!` branch): what was read
+    /// before the future was dropped stays here for the next call.
+    async fn next(&mut self, stream: &mut TcpStream) -> std::io::Result<RawFrame> {
+        loop {
+            let want = if self.filled < 9 {
+                9
+            } else {
+                let b = &self.buf;
+                9 + ((usize::from(b[0]) << 16) | (usize::from(b[1]) << 8) | usize::from(b[2]))
+            };
+            if self.filled >= 9 && self.filled == want {
+                let b = std::mem::take(&mut self.buf);
+                self.filled = 0;
+                let id = u32::from_be_bytes([b[5], b[6], b[7], b[8]]) & 0x7fff_ffff;
+                return Ok((b[3], b[4], id, b[9..want].to_vec()));
+            }
+            if self.buf.len() < want {
+                self.buf.resize(want, 0);
+            }
+            let n = stream.read(&mut self.buf[self.filled..want]).await?;
+            if n == 0 {
+                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            }
+            self.filled += n;
+        }
+    }
+}
+
 async fn raw_connection(
     mut stream: TcpStream,
     conn: usize,
+    max_streams: Option<u32>,
     script: Script,
+    control: mpsc::UnboundedReceiver<GoAwayNow>,
     counts: Arc<RawCounts>,
 ) -> std::io::Result<()> {
     let mut preface = [0u8; 24];
     stream.read_exact(&mut preface).await?;
     assert_eq!(&preface, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "the client preface");
-    stream.write_all(&frame(0x4, 0, 0, &[])).await?;
+    let mut settings = Vec::new();
+    if let Some(n) = max_streams {
+        // SETTINGS_MAX_CONCURRENT_STREAMS (0x3).
+        settings.extend_from_slice(&0x3u16.to_be_bytes());
+        settings.extend_from_slice(&n.to_be_bytes());
+    }
+    stream.write_all(&frame(0x4, 0, 0, &settings)).await?;
     let mut bodies: std::collections::HashMap<u32, Vec<u8>> = Default::default();
     let mut held: Vec<u32> = Vec::new();
     let mut last_seen = 0u32;
     let mut nth = 0;
+    let mut frames = Frames::default();
+    let mut went_away = false;
+    // `None` once the server (its `RawH2`) is gone.
+    let mut control = Some(control);
     loop {
-        let mut head = [0u8; 9];
-        stream.read_exact(&mut head).await?;
-        let len = (usize::from(head[0]) << 16) | (usize::from(head[1]) << 8) | usize::from(head[2]);
-        let (kind, flags) = (head[3], head[4]);
-        let id = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff;
-        let mut payload = vec![0u8; len];
-        stream.read_exact(&mut payload).await?;
+        enum Next {
+            Frame(std::io::Result<RawFrame>),
+            Told(Option<GoAwayNow>),
+        }
+        let next = tokio::select! {
+            frame = frames.next(&mut stream) => Next::Frame(frame),
+            told = async {
+                match control.as_mut() {
+                    Some(control) => control.recv().await,
+                    None => std::future::pending().await,
+                }
+            } => Next::Told(told),
+        };
+        let (kind, flags, id, payload) = match next {
+            Next::Frame(frame) => frame?,
+            Next::Told(None) => {
+                control = None;
+                continue;
+            }
+            Next::Told(Some(GoAwayNow { code, last, then, sent })) => {
+                let last = match last {
+                    Last::Max => 0x7fff_ffff,
+                    Last::Seen => last_seen,
+                };
+                stream.write_all(&go_away(last, code)).await?;
+                went_away = true;
+                for id in held.drain(..) {
+                    stream.write_all(&answer(id)).await?;
+                }
+                stream.flush().await?;
+                let _ = sent.send(());
+                match then {
+                    Then::KeepServing => continue,
+                    Then::Close => {
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                        return Ok(());
+                    }
+                }
+            }
+        };
         let ended = match kind {
             // SETTINGS: acknowledged, unless an acknowledgement itself.
             0x4 if flags & 0x1 == 0 => {
@@ -415,9 +585,11 @@ async fn raw_connection(
             continue;
         }
         let body = bodies.remove(&id).unwrap_or_default();
-        counts.requests.fetch_add(1, Ordering::SeqCst);
+        let arrived = Arrived { conn, nth_on_conn: nth, id, after_go_away: went_away };
         counts.bodies.lock().unwrap().push(body);
-        let act = script(Arrived { conn, nth_on_conn: nth, id });
+        counts.arrivals.lock().unwrap().push(arrived);
+        counts.requests.fetch_add(1, Ordering::SeqCst);
+        let act = script(arrived);
         nth += 1;
         match act {
             Act::Answer => stream.write_all(&answer(id)).await?,
