@@ -69,10 +69,12 @@ pub fn far(bin: &Path, url: &Uri, n: usize, ca_pem: &Path) -> Result<GoRun, BoxE
 /// `callers` goroutines sharing one HTTP/2 client, sending GETs of `url`
 /// until `n` were sent in all or `secs` seconds passed, each body closed
 /// unread after the head (`goclient h2`): h2c with prior knowledge for
-/// `http://`, TLS with ALPN h2 trusting `ca_pem` for `https://`.
+/// `http://`; for `https://`, TLS trusting `ca_pem`, offering h2 alone,
+/// or with `alpn` h2 and http/1.1 as Go's default transport does (`-alpn`).
 pub fn h2(
     bin: &Path,
     url: &Uri,
+    alpn: bool,
     callers: usize,
     n: usize,
     secs: u64,
@@ -83,6 +85,9 @@ pub fn h2(
     cmd.args(["h2", "-url", &url.to_string(), "-callers", &callers, "-n", &n, "-secs", &secs]);
     if let Some(ca) = ca_pem {
         cmd.arg("-ca").arg(ca).args(["-servername", SERVER_NAME]);
+    }
+    if alpn {
+        cmd.arg("-alpn");
     }
     run(cmd, "h2")
 }

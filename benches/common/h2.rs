@@ -1,9 +1,10 @@
 //! HTTP/2 pieces of the benches: a server answering with N bytes in 16 KiB
-//! DATA frames (h2c, or TLS with ALPN h2), hyper-util's HTTP/2-only client
-//! (h2c for `http://`, TLS with ALPN h2 for `https://`), the traffic of C
-//! callers dropping (or reading) bodies right after their heads, and one
-//! caller dropping endless bodies then timing one request. The frame
-//! counter is in `frames`, the other servers in `servers`.
+//! DATA frames (h2c, or TLS offering h2 and http/1.1 by ALPN), hyper-util's
+//! client on each [`Road`] (h2c; TLS with ALPN h2 and http/1.1; TLS with
+//! `http2_only`), alone or over `drain_on_drop::Http2Connector`, the
+//! traffic of C callers dropping (or reading) bodies right after their
+//! heads, and one caller dropping endless bodies then timing one request.
+//! The frame counter is in `frames`, the other servers in `servers`.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -14,6 +15,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use drain_on_drop::Http2Connector;
 use http::{Request, Response, Uri};
 use http_body::{Body, Frame};
 use http_body_util::{BodyExt, Empty};
@@ -52,7 +54,9 @@ impl Body for Chunks {
 }
 
 /// An HTTP/2 server on `127.0.0.1:0` (TCP_NODELAY), h2c or, with `tls`,
-/// TLS (ALPN h2), every response `len` bytes in 16 KiB frames; counts the
+/// TLS (the acceptor's ALPN list: [`Tls::h2`](super::tls::Tls::h2) offers
+/// h2 then http/1.1; a connection that negotiated http/1.1 is served
+/// HTTP/1.1), every response `len` bytes in 16 KiB frames; counts the
 /// connections it accepts. Stops when dropped.
 pub struct H2Server {
     addr: SocketAddr,
@@ -86,6 +90,11 @@ impl H2Server {
                     let http2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
                     let _ = match tls {
                         Some(acceptor) => match acceptor.accept(stream).await {
+                            Ok(stream) if stream.get_ref().1.alpn_protocol() == Some(b"http/1.1") => {
+                                hyper::server::conn::http1::Builder::new()
+                                    .serve_connection(TokioIo::new(stream), service)
+                                    .await
+                            }
                             Ok(stream) => http2.serve_connection(TokioIo::new(stream), service).await,
                             Err(_) => return,
                         },
@@ -113,29 +122,84 @@ impl Drop for H2Server {
     }
 }
 
-/// The benches' HTTP/2 client: hyper-util's pooled client over
-/// hyper-rustls' connector, HTTP/2 only.
-pub type H2Client = Client<HttpsConnector<HttpConnector>, Empty<Bytes>>;
+/// How a client reaches an HTTP/2 server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Road {
+    /// Cleartext HTTP/2 with prior knowledge (`http://`, `http2_only`).
+    H2c,
+    /// TLS, the client offering h2 and http/1.1 by ALPN and speaking what
+    /// the server picks (hyper-rustls' `enable_all_versions`, no
+    /// `http2_only`): how users run hyper-util over hyper-rustls.
+    Alpn,
+    /// TLS, the client offering h2 alone, `http2_only(true)`.
+    H2Only,
+}
 
-/// hyper-util's pooled client, HTTP/2 only (h2c with prior knowledge for an
-/// `http://` URI, TLS with ALPN h2 for an `https://` one, trusting `tls`'s
-/// certificate alone), TCP_NODELAY, otherwise hyper-util's defaults, as a
-/// user builds it.
-pub fn client(tls: &super::tls::Tls) -> H2Client {
+impl Road {
+    /// Whether the road is over TLS (`https://`).
+    pub fn tls(self) -> bool {
+        self != Road::H2c
+    }
+
+    /// Words for a cell's label: nothing for h2c.
+    pub fn label(self) -> &'static str {
+        match self {
+            Road::H2c => "",
+            Road::Alpn => ", TLS ALPN",
+            Road::H2Only => ", TLS h2 only",
+        }
+    }
+}
+
+/// hyper-rustls' connector over `HttpConnector`.
+pub type Https = HttpsConnector<HttpConnector>;
+
+/// The benches' HTTP/2 client: hyper-util's pooled client over
+/// hyper-rustls' connector.
+pub type H2Client = Client<Https, Empty<Bytes>>;
+
+/// The README's HTTP/2 client: hyper-util's pooled client over
+/// `Http2Connector` over hyper-rustls' connector.
+pub type StackClient = Client<Http2Connector<Https>, Empty<Bytes>>;
+
+/// hyper-rustls' connector for `road` (TLS trusting `tls`'s certificate
+/// alone, offering h2, or h2 and http/1.1 on [`Road::Alpn`]; plain
+/// `http://` for h2c), TCP_NODELAY.
+fn https(tls: &super::tls::Tls, road: Road) -> Https {
     let mut http = HttpConnector::new();
     http.set_nodelay(true);
     http.enforce_http(false);
-    // hyper-rustls sets the ALPN protocols itself (`enable_http2`).
+    // hyper-rustls sets the ALPN protocols itself (`enable_http2`,
+    // `enable_all_versions`).
     let mut config = (*tls.client).clone();
     config.alpn_protocols.clear();
-    let https = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(config)
-        .https_or_http()
-        .enable_http2()
-        .wrap_connector(http);
+    let builder = hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(config).https_or_http();
+    match road {
+        Road::Alpn => builder.enable_all_versions().wrap_connector(http),
+        Road::H2c | Road::H2Only => builder.enable_http2().wrap_connector(http),
+    }
+}
+
+/// hyper-util's builder for `road`: `http2_only` except on [`Road::Alpn`].
+fn builder(road: Road) -> hyper_util::client::legacy::Builder {
     let mut builder = Client::builder(TokioExecutor::new());
-    builder.http2_only(true);
-    builder.build(https)
+    if road != Road::Alpn {
+        builder.http2_only(true);
+    }
+    builder
+}
+
+/// hyper-util's pooled client on `road` (h2c with prior knowledge for an
+/// `http://` URI; TLS trusting `tls`'s certificate alone for an `https://`
+/// one), TCP_NODELAY, otherwise hyper-util's defaults, as a user builds it.
+pub fn client(tls: &super::tls::Tls, road: Road) -> H2Client {
+    builder(road).build(https(tls, road))
+}
+
+/// [`client`] over `Http2Connector::new`, as the README's HTTP/2 stack
+/// builds it (with `http2_only` on the h2c and h2-only roads).
+pub fn stack_client(tls: &super::tls::Tls, road: Road) -> StackClient {
+    builder(road).build(Http2Connector::new(https(tls, road)))
 }
 
 /// What one run of [`traffic`] saw.

@@ -13,7 +13,9 @@
 //!   given layer.
 //! - [`go`]: the Go 1.27 client (`benches/go/goclient`) run as a child
 //!   process, and what it reports.
-//! - [`h2`]: an h2c server, hyper-util's HTTP/2 client and its traffic.
+//! - [`h2`]: an HTTP/2 server (h2c or TLS), hyper-util's HTTP/2 client on
+//!   each road (h2c, TLS ALPN, TLS h2 only), alone or over `Http2Connector`,
+//!   and their traffic.
 //! - [`frames`]: a proxy counting connections and both sides' GOAWAY and
 //!   RST_STREAM frames.
 //! - [`h2report`]: the http2 bench's figures, tables and verdict.

@@ -3,9 +3,11 @@
 //! `http2.createServer` / `createSecureServer` (`tests/node/h2server.js`),
 //! Go 1.27's net/http (`benches/go/goserver`, built by `bash
 //! benches/go.sh`) and Debian's nginx 1.22 (static files). Each serves h2c
-//! with prior knowledge, or, given a certificate, HTTP/2 over TLS (ALPN
-//! h2). Node and Go serve N bytes with content-length at `/len/N`, nginx
-//! the files `/len/65536` and `/len/1048576`.
+//! with prior knowledge, or, given a certificate, TLS: hyper's, Go's and
+//! nginx offer h2 and http/1.1 by ALPN (and pick h2 when the client offers
+//! it), Node's `createSecureServer` h2 alone. Node and Go serve N bytes
+//! with content-length at `/len/N` (Node also in one `stream.end` at
+//! `/whole/N`), nginx the files `/len/65536` and `/len/1048576`.
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -25,8 +27,8 @@ use super::tls::Tls;
 /// Which server, and the stream limit it announces where one is set.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ServerKind {
-    /// hyper's h2c server (announces 200 streams); every path gets the
-    /// cell's body length, with content-length.
+    /// hyper's HTTP/2 server, h2c or TLS (announces 200 streams); every
+    /// path gets the cell's body length, with content-length.
     Hyper,
     /// Node's `http2.createServer`: no stream limit announced unless
     /// `Some(n)` (`maxConcurrentStreams: n`).
@@ -298,7 +300,8 @@ async fn get_stats(addr: SocketAddr, tls: Option<&Tls>) -> Result<String, BoxErr
         Some(_) => format!("https://localhost:{}/stats", addr.port()).parse()?,
         None => format!("http://{addr}/stats").parse()?,
     };
-    let client = super::h2::client(&tls.cloned().unwrap_or_else(Tls::h2));
+    let road = if tls.is_some() { super::h2::Road::H2Only } else { super::h2::Road::H2c };
+    let client = super::h2::client(&tls.cloned().unwrap_or_else(Tls::h2), road);
     let req = http::Request::get(uri).body(http_body_util::Empty::<Bytes>::new())?;
     let res = tokio::time::timeout(Duration::from_secs(5), client.request(req)).await??;
     let body = res.into_body().collect().await?.to_bytes();

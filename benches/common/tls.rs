@@ -1,5 +1,6 @@
 //! TLS 1.3 with a self-signed certificate generated at start (rcgen, ring),
-//! ALPN `http/1.1` ([`Tls::generate`]) or `h2` ([`Tls::h2`]).
+//! ALPN `http/1.1` ([`Tls::generate`]), or a server offering `h2` and
+//! `http/1.1` to a client offering `h2` ([`Tls::h2`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -45,13 +46,20 @@ impl Tls {
         Tls::generate_for(b"http/1.1")
     }
 
-    /// [`generate`](Self::generate) with ALPN `h2` only: HTTP/2 over TLS, as
-    /// a browser or any HTTP/2 client negotiates it.
+    /// [`generate`](Self::generate) for HTTP/2 over TLS: the server offers
+    /// `h2` then `http/1.1` (and picks `h2` when the client offers it, as
+    /// Go's net/http and nginx do), the client `h2` only. Clients built on
+    /// [`Tls::client`] through hyper-rustls set their own list (`h2`, or
+    /// `h2` and `http/1.1` for the http2 bench's ALPN road).
     pub fn h2() -> Tls {
-        Tls::generate_for(b"h2")
+        Tls::generate_with(&[b"h2", b"http/1.1"], b"h2")
     }
 
     fn generate_for(alpn: &[u8]) -> Tls {
+        Tls::generate_with(&[alpn], alpn)
+    }
+
+    fn generate_with(server_alpn: &[&[u8]], client_alpn: &[u8]) -> Tls {
         let key =
             rcgen::generate_simple_self_signed(vec![SERVER_NAME.to_string()]).expect("generate certificate");
         let cert = key.cert.der().clone();
@@ -75,7 +83,7 @@ impl Tls {
             .with_no_client_auth()
             .with_single_cert(vec![cert.clone()], private)
             .expect("server certificate");
-        server.alpn_protocols = vec![alpn.to_vec()];
+        server.alpn_protocols = server_alpn.iter().map(|p| p.to_vec()).collect();
 
         let mut roots = RootCertStore::empty();
         roots.add(cert).expect("trust the generated certificate");
@@ -84,7 +92,7 @@ impl Tls {
             .expect("TLS 1.3")
             .with_root_certificates(roots)
             .with_no_client_auth();
-        client.alpn_protocols = vec![alpn.to_vec()];
+        client.alpn_protocols = vec![client_alpn.to_vec()];
         let client = Arc::new(client);
 
         Tls {

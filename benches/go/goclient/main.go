@@ -4,7 +4,7 @@
 //
 //	goclient seq -url URL -n N [-read-one] [-ca CA.pem -servername localhost]
 //	goclient far -url URL -n N [-read-one] -ca CA.pem -servername localhost
-//	goclient h2 -url URL -callers C -n N -secs S [-ca CA.pem -servername localhost]
+//	goclient h2 -url URL -callers C -n N -secs S [-ca CA.pem -servername localhost [-alpn]]
 //	goclient endless -drop-url URL -drops D -url URL
 //
 // seq: N sequential GETs over HTTP/1.1, plain for an http:// URL, TLS for
@@ -24,8 +24,10 @@
 // h2: C goroutines share one client and send GETs until N were sent in all
 // or S seconds passed, each body closed unread right after the head (which
 // resets the stream). An http:// URL is h2c with prior knowledge
-// (Protocols: unencrypted HTTP/2 only), an https:// URL is TLS with ALPN h2
-// (Protocols: HTTP/2 only), trusting CA.pem.
+// (Protocols: unencrypted HTTP/2 only), an https:// URL is TLS trusting
+// CA.pem: ALPN h2 alone (Protocols: HTTP/2 only), or with -alpn, as Go's
+// default transport does, h2 and http/1.1 (Protocols: HTTP/1 and HTTP/2,
+// NextProtos h2, http/1.1), speaking what the server picks.
 //
 // endless: one h2c client (prior knowledge) and one caller: D GETs of
 // -drop-url (an endless body), each closed right after its head, then one
@@ -152,17 +154,23 @@ func h2(args []string) result {
 	secs := fs.Float64("secs", 10, "stop sending after this many seconds")
 	ca := fs.String("ca", "", "PEM certificate to trust (https://)")
 	name := fs.String("servername", "localhost", "name to verify and send as SNI")
+	alpn := fs.Bool("alpn", false, "offer h2 and http/1.1 by ALPN, not h2 alone (https:// only)")
 	fs.Parse(args)
 	https := strings.HasPrefix(*url, "https://")
-	if !https && !strings.HasPrefix(*url, "http://") || *callers < 1 || *n < 1 || *secs <= 0 || https && *ca == "" {
-		usage("h2 needs -url http(s)://..., -callers >= 1, -n >= 1, -secs > 0, and -ca for https://")
+	if !https && !strings.HasPrefix(*url, "http://") || *callers < 1 || *n < 1 || *secs <= 0 || https && *ca == "" || *alpn && !https {
+		usage("h2 needs -url http(s)://..., -callers >= 1, -n >= 1, -secs > 0, and -ca for https:// (-alpn: https:// only)")
 	}
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	var protocols http.Protocols
-	if https {
+	switch {
+	case *alpn:
+		protocols.SetHTTP1(true)
+		protocols.SetHTTP2(true)
+		t.TLSClientConfig = tlsConfig(*ca, *name, "h2", "http/1.1")
+	case https:
 		protocols.SetHTTP2(true)
 		t.TLSClientConfig = tlsConfig(*ca, *name, "h2")
-	} else {
+	default:
 		protocols.SetUnencryptedHTTP2(true)
 	}
 	t.Protocols = &protocols
@@ -218,8 +226,9 @@ func endless(args []string) result {
 	return result{Mode: "endless", Sent: &sent, Failed: errs.failed, ElapsedMs: millis(elapsed), FirstError: errs.first}
 }
 
-// tlsConfig trusts the certificates in the PEM file and offers one protocol.
-func tlsConfig(caFile, serverName, proto string) *tls.Config {
+// tlsConfig trusts the certificates in the PEM file and offers the protocols
+// given, in that order.
+func tlsConfig(caFile, serverName string, protos ...string) *tls.Config {
 	pem, err := os.ReadFile(caFile)
 	if err != nil {
 		usage(err.Error())
@@ -228,7 +237,7 @@ func tlsConfig(caFile, serverName, proto string) *tls.Config {
 	if !roots.AppendCertsFromPEM(pem) {
 		usage("no certificate in " + caFile)
 	}
-	return &tls.Config{RootCAs: roots, ServerName: serverName, NextProtos: []string{proto}}
+	return &tls.Config{RootCAs: roots, ServerName: serverName, NextProtos: protos}
 }
 
 func millis(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 }
@@ -237,7 +246,7 @@ func usage(msg string) {
 	fmt.Fprintln(os.Stderr, "goclient:", msg)
 	fmt.Fprintln(os.Stderr, "usage: goclient seq -url URL -n N [-read-one] [-ca CA.pem -servername NAME]")
 	fmt.Fprintln(os.Stderr, "       goclient far -url URL -n N [-read-one] -ca CA.pem -servername NAME")
-	fmt.Fprintln(os.Stderr, "       goclient h2 -url URL -callers C -n N -secs S [-ca CA.pem -servername NAME]")
+	fmt.Fprintln(os.Stderr, "       goclient h2 -url URL -callers C -n N -secs S [-ca CA.pem -servername NAME [-alpn]]")
 	fmt.Fprintln(os.Stderr, "       goclient endless -drop-url URL -drops D -url URL")
 	os.Exit(2)
 }

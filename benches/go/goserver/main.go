@@ -10,7 +10,8 @@
 // its stdin closes (the bench went away). Without -max-streams the server
 // announces net/http's default SETTINGS_MAX_CONCURRENT_STREAMS (250); with
 // it, N (http.Server.HTTP2.MaxConcurrentStreams). With -tls-cert it serves
-// HTTP/2 over TLS (ALPN h2 only) instead of h2c.
+// TLS instead of h2c, offering h2 and http/1.1 by ALPN as net/http does by
+// default (it picks h2 when the client offers it).
 //
 // Paths (every response 200 unless said otherwise):
 //
@@ -154,11 +155,12 @@ func serve(w http.ResponseWriter, r *http.Request) {
 
 func main() {
 	maxStreams := flag.Int("max-streams", 0, "SETTINGS_MAX_CONCURRENT_STREAMS to announce (0: net/http's default)")
-	tlsCert := flag.String("tls-cert", "", "serve HTTP/2 over TLS (ALPN h2) with this certificate (PEM) instead of h2c")
+	tlsCert := flag.String("tls-cert", "", "serve TLS (ALPN h2 and http/1.1) with this certificate (PEM) instead of h2c")
 	tlsKey := flag.String("tls-key", "", "the certificate's private key (PEM), with -tls-cert")
 	flag.Parse()
 	var protocols http.Protocols
 	if *tlsCert != "" {
+		protocols.SetHTTP1(true)
 		protocols.SetHTTP2(true)
 	} else {
 		protocols.SetUnencryptedHTTP2(true)
