@@ -4,7 +4,7 @@
 //!
 //! ```toml
 //! [dependencies]
-//! drain-on-drop = "0.7"
+//! drain-on-drop = "0.8"
 //! http = "1"
 //! http-body-util = "0.1"
 //! hyper = { version = "1", features = ["http1", "server"] }
@@ -189,29 +189,38 @@
 //! a forgotten stream counted towards GOAWAY `too_many_internal_resets`,
 //! hyperium/h2#856.)
 //!
-//! **What a server refused unprocessed goes again.** Some servers answer
-//! clients that reset fast: Node's nghttp2 takes 1,000 resets in a burst,
-//! then 33 a second, and sends GOAWAY INTERNAL_ERROR; nginx sends a
-//! graceful GOAWAY after `keepalive_requests`; any server shutting down
-//! does. Requests above the GOAWAY's last stream id were never processed,
-//! and neither was one refused with REFUSED_STREAM; hyper-util's `Client`
-//! fails them. [`RetryRefusedLayer`] (feature `http2`), one line above this
-//! layer, sends them again on another connection (at once, then after a
-//! wait doubling from 25 ms, 6 times at most), when their body can be sent
-//! again, and never a request the server may have processed. reqwest does
-//! this itself since 0.12.23: its road needs nothing more.
+//! **One dial at a time, one connection while the server bears it.**
+//! Over TLS with ALPN (hyper-rustls offering h2 and http/1.1, no
+//! `http2_only`: how most users run it), hyper-util's `Client` dials a TLS
+//! connection for every request that finds none, and throws all but one
+//! away after their handshakes: at the start, and after every connection
+//! lost. [`Http2Connector`] (feature `http2`), wrapped around the client's
+//! connector, dials an HTTP/2 origin once at a time; the other requests wait
+//! for that dial and get its connection from hyper-util's pool. It also
+//! counts the RST_STREAM frames each connection sends, and moves a
+//! connection on (no new request on it; hyper-util dials the next, once)
+//! only after a server punished resets: Node 20 never gives back the
+//! session memory it counted for bytes queued on a stream the client
+//! resets, and past 10 MB refuses new streams with ENHANCE_YOUR_CALM. From
+//! the first refusal on, that origin's connections each take half the
+//! resets the refused one had taken; servers that punish nothing (Go's
+//! net/http, nginx, hyper) keep one connection.
 //!
-//! **No connection takes more resets than a server bears.** Node 20 punishes
-//! resets a second way, which no retry mends: it never gives back the
-//! session memory it counted for response bytes still queued on a stream
-//! the client resets, and past 10 MB refuses new streams with
-//! ENHANCE_YOUR_CALM (which a client may not take as unprocessed). Go's
-//! client keeps its resets within what the server has seen with a PING,
-//! and dials another connection past that; the layer moves an origin's
-//! connection on after 250 resets
-//! ([`http2_resets_per_connection`](DrainOnDropLayer::http2_resets_per_connection)):
-//! hyper-util's `Client` dials another, and no Node session reaches its
-//! reset limit or fills (docs/BENCHMARKS.md section 9 has the figures).
+//! **What failed before it was processed goes again.** Node's nghttp2 takes
+//! 1,000 resets in a burst, then 33 a second, and sends GOAWAY
+//! INTERNAL_ERROR; nginx sends a graceful GOAWAY after `keepalive_requests`;
+//! any server shutting down does; Node's refusals above. hyper-util's
+//! `Client` fails those requests. [`RetryRefusedLayer`] (feature `http2`),
+//! one line above this layer, sends a request again on another connection
+//! (at once, then after a wait doubling from 25 ms, 6 times at most) when
+//! the server never processed it (above a GOAWAY's last stream id, refused
+//! with REFUSED_STREAM), or when it may have but its method is idempotent
+//! (GET, HEAD, OPTIONS, TRACE, PUT, DELETE: sent twice, it has the effect
+//! of once); never a POST that may have been processed. reqwest retries
+//! the unprocessed ones itself since 0.12.23.
+//!
+//! The three together are the README's HTTP/2 stack: [`RetryRefusedLayer`]
+//! above this layer, over a `Client` built on [`Http2Connector`].
 //!
 //! Requests whose origin is added below the layer (tonic's `Channel` adds
 //! the authority) are counted under [`DrainOnDropLayer::default_origin`].

@@ -1,36 +1,53 @@
-//! [`RetryRefused`]: sends a request again, on another connection, when
-//! the server refused it before processing it: an HTTP/2 stream above the
-//! last stream id of the server's GOAWAY (nginx's after
-//! `keepalive_requests`, Node's when a client resets too fast, any server
-//! shutting down), one reset with REFUSED_STREAM, or a request hyper never
-//! sent. Which failures those are, and when a request goes again, is the
-//! HTTP/2 room's (`http2.rs`); this module is the tower plumbing.
+//! [`RetryRefused`]: sends an HTTP/2 request again, on another connection,
+//! when it failed before its response and sending it again is safe:
 //!
-//! Go's client does the same inside `RoundTrip`; hyper-util's `Client` and
-//! tonic do not (hyperium/hyper#2500), reqwest does since 0.12.23 (so a
-//! reqwest stack needs nothing of this).
+//! - **whatever its method**, when the server never processed it: a stream
+//!   above the last stream id of the server's GOAWAY (nginx's after
+//!   `keepalive_requests`, Node's when a client resets too fast, any server
+//!   shutting down), a stream reset with REFUSED_STREAM, a connection the
+//!   [`Http2Connector`](crate::Http2Connector) did not need;
+//! - **only if its method is idempotent** (GET, HEAD, OPTIONS, TRACE, PUT,
+//!   DELETE: RFC 9110, 9.2.2, "the intended effect on the server of multiple
+//!   identical requests is the same as for a single request"), when the
+//!   server may have processed it: a stream reset with another code (Node's
+//!   ENHANCE_YOUR_CALM when its session memory is spent), a connection that
+//!   broke, hyper's `is_canceled` (hyper fails so a request that waited for
+//!   a stream slot even when h2 sent it after a graceful GOAWAY), an h2
+//!   reason hyper rebuilt without saying who sent it. A POST or PATCH that
+//!   may have been processed is never sent again.
+//!
+//! A failed connect is not retried. Which failures are which is the HTTP/2
+//! room's (`http2.rs`), with the facts from h2 and hyper it rests on; this
+//! module is the tower plumbing. A stream refused with ENHANCE_YOUR_CALM
+//! also tells the [`Http2Connector`](crate::Http2Connector) that its server
+//! punishes resets: that connection takes no new request, and the origin
+//! learns how many resets a connection may take.
+//!
+//! Go's client retries the unprocessed ones inside `RoundTrip`; hyper-util's
+//! `Client` and tonic retry none (hyperium/hyper#2500), reqwest does since
+//! 0.12.23.
 //!
 //! # Where it goes
 //!
 //! One line, directly above [`DrainOnDropLayer`](crate::DrainOnDropLayer)
-//! (or the client itself), below a timeout, which then bounds every try, and
-//! below any retry of your own, which then sees only what no retry here
-//! could mend:
+//! (or the client itself), below a timeout (tower's `timeout` feature),
+//! which then bounds every try, and below any retry of your own, which then
+//! sees only what no retry here could mend. The README's HTTP/2 stack:
 //!
 //! ```
-//! use std::time::Duration;
-//!
-//! use drain_on_drop::{DrainOnDropLayer, RetryRefusedLayer};
+//! use drain_on_drop::{DrainOnDropLayer, Http2Connector, RetryRefusedLayer};
 //! use http_body_util::Empty;
 //! use hyper::body::Bytes;
-//! use hyper_util::client::legacy::Client;
+//! use hyper_util::client::legacy::{Client, connect::HttpConnector};
 //! use hyper_util::rt::TokioExecutor;
 //! use tower::ServiceBuilder;
 //!
-//! let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
+//! // Over TLS, hyper-rustls' `HttpsConnector` (ALPN h2 and http/1.1) goes
+//! // where `HttpConnector` is.
+//! let connector = Http2Connector::new(HttpConnector::new());
+//! let client = Client::builder(TokioExecutor::new()).build::<_, Empty<Bytes>>(connector);
 //! let svc = ServiceBuilder::new()
-//!     .timeout(Duration::from_secs(5))     // bounds every try
-//!     .layer(RetryRefusedLayer::new())     // what the server never processed goes again
+//!     .layer(RetryRefusedLayer::new())     // what failed unprocessed (or idempotent) goes again
 //!     .layer(DrainOnDropLayer::new())      // innermost: sees every response
 //!     .service(client);
 //! # drop(svc);
@@ -38,11 +55,13 @@
 //!
 //! The request body must be `Clone`, and its clone must replay it: `Empty`,
 //! `Full`, `String`, `Bytes` (a streaming body cannot be sent twice; tonic's
-//! is one). The service's error must be a `std::error::Error` (hyper-util's,
-//! hyper's, tonic's are): put a tower `Buffer`, whose errors are boxed,
-//! above it. A request goes again through the same service, so on a client
-//! that keeps one connection (hyper's own `SendRequest`) it fails again:
-//! the retry is for pools, which dial another (hyper-util's `Client`,
+//! is one). Without it, rustc says "the method `ready` exists for struct
+//! `RetryRefused<…>`, but its trait bounds were not satisfied" and lists
+//! `B: Clone`. The service's error must be a `std::error::Error`
+//! (hyper-util's, hyper's, tonic's are): put a tower `Buffer`, whose errors
+//! are boxed, above it. A request goes again through the same service, so on
+//! a client that keeps one connection (hyper's own `SendRequest`) it fails
+//! again: the retry is for pools, which dial another (hyper-util's `Client`,
 //! tonic's reconnecting `Channel`).
 
 use std::fmt;
@@ -59,23 +78,26 @@ use tower_service::Service;
 use crate::http2;
 use crate::timer::Deadline;
 
-/// Wraps a client service in [`RetryRefused`]: requests the server refused
-/// before processing them are sent again (see the [module](self)).
+/// Wraps a client service in [`RetryRefused`]: a request that failed before
+/// its response goes again when the server never processed it, or when its
+/// method is idempotent (see the [module](self)).
 #[derive(Clone, Copy, Debug)]
 pub struct RetryRefusedLayer {
     max_retries: usize,
 }
 
 impl RetryRefusedLayer {
-    /// A layer that retries a refused request up to 6 times: the first at
-    /// once, then after 25 ms, doubling.
+    /// A layer that sends a failed request again up to 6 times (see the
+    /// [module](self) for which): the first at once, then after 25 ms,
+    /// doubling.
     pub fn new() -> Self {
         RetryRefusedLayer { max_retries: http2::MAX_RETRIES }
     }
 
     /// How many times one request may be sent again. The first retry goes
-    /// at once (the refusing connection is gone), each later one after a
-    /// wait that starts at 25 ms and doubles. `0` retries nothing. Default
+    /// at once (the failed connection is gone, or takes no new request),
+    /// each later one after a wait that starts at 25 ms and doubles. `0`
+    /// retries nothing (a refusal still moves its connection on). Default
     /// is 6 (Go's).
     ///
     /// ```
@@ -102,12 +124,12 @@ impl<S> Layer<S> for RetryRefusedLayer {
     }
 }
 
-/// Middleware that sends a request again when the server refused it before
-/// processing it. Built by [`RetryRefusedLayer`]; see the [module](self)
-/// for what is retried and where it goes.
+/// Middleware that sends a request again when it failed before its
+/// response and sending it again is safe. Built by [`RetryRefusedLayer`];
+/// see the [module](self) for what is retried and where it goes.
 ///
 /// Responses and errors are the inner service's, unchanged: a request that
-/// is refused every time fails with the last refusal.
+/// fails every time fails with the last failure.
 #[derive(Clone, Debug)]
 pub struct RetryRefused<S> {
     inner: S,
@@ -209,7 +231,7 @@ pin_project! {
     enum State<F> {
         // A try is on its way.
         Sent { #[pin] future: F },
-        // Refused more than once: waiting before the next try.
+        // Failed more than once: waiting before the next try.
         Waiting { deadline: Deadline },
         // The next try waits for the service to be ready.
         Ready,
