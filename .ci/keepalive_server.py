@@ -1,7 +1,8 @@
 """A local HTTP/1.1 keep-alive server for .ci/first_command.sh and
 .ci/quickstart.sh: answers every GET with 64 KiB (Content-Length, TCP_NODELAY)
 on 127.0.0.1, a free port, which it writes to the file named by its first
-argument once it listens. With `--tls CERT.pem KEY.pem` after it, HTTPS.
+argument once it listens. With `--tls CERT.pem KEY.pem` after it, HTTPS
+(TLS 1.2 and 1.3; with `--tls12` after those, TLS 1.2 and nothing newer).
 Runs until killed."""
 import http.server
 import socket
@@ -36,11 +37,13 @@ class Server(http.server.ThreadingHTTPServer):
 
 
 server = Server(("127.0.0.1", 0), Handler)
-if len(sys.argv) == 5 and sys.argv[2] == "--tls":
+if len(sys.argv) in (5, 6) and sys.argv[2] == "--tls":
     import ssl
 
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(sys.argv[3], sys.argv[4])
+    if sys.argv[5:] == ["--tls12"]:
+        context.maximum_version = ssl.TLSVersion.TLSv1_2
     server.socket = context.wrap_socket(server.socket, server_side=True)
 with open(sys.argv[1] + ".tmp", "w") as f:
     f.write(str(server.server_address[1]))

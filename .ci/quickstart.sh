@@ -133,3 +133,79 @@ out=$(SSL_CERT_FILE="$scratch/https/cert.pem" timeout 60 cargo run --offline --q
 printf '%s\n' "$out" | sed 's/^/    /'
 grep -q "early drops: 10 drained" <<<"$out" || fail "the quick start did not drain 10 early drops over https://"
 echo "quickstart: README quick start, with its https:// line, runs against $url and drains"
+
+# The same against a server that speaks TLS 1.2 and nothing newer: the
+# README's hyper-rustls line has `tls12`.
+kill $server 2>/dev/null
+rm -f "$scratch/https/port"
+python3 "$repo/.ci/keepalive_server.py" "$scratch/https/port" --tls "$scratch/https/cert.pem" "$scratch/https/key.pem" --tls12 &
+server=$!
+for _ in $(seq 100); do [ -s "$scratch/https/port" ] && break; sleep 0.1; done
+[ -s "$scratch/https/port" ] || fail "the local TLS 1.2 server did not start"
+url="https://localhost:$(cat "$scratch/https/port")/"
+out=$(SSL_CERT_FILE="$scratch/https/cert.pem" timeout 60 cargo run --offline --quiet --manifest-path "$scratch/Cargo.toml" -- "$url")
+printf '%s\n' "$out" | sed 's/^/    /'
+grep -q "early drops: 10 drained" <<<"$out" || fail "the quick start did not drain 10 early drops from a TLS 1.2 server"
+echo "quickstart: README quick start, with its https:// line, works against a TLS 1.2-only server"
+
+# The HTTP/2 road, as the README's "## HTTP/2" section tells a reader to
+# make it: its ```toml lines in place of the quick start's lines for the
+# same crates (added when new), its ```rust,ignore lines in place of the
+# quick start's `use drain_on_drop`, connector, client and stack lines (the
+# `let https` line before the connector), run against Node's HTTP/2 server
+# over TLS (ALPN), `/len/65536`: ten early drops, each reset at once, on one
+# connection.
+h2_block() {
+  awk -v fence='```'"$1" '
+    /^## / { section = ($0 == "## HTTP/2"); next }
+    section && !found && !inside && index($0, fence) == 1 { inside = 1; next }
+    inside && /^```/ { inside = 0; found = 1; next }
+    inside { print }
+  ' "$readme"
+}
+h2_deps=$(h2_block toml)
+h2_code=$(h2_block rust,ignore | grep -v '^ *//')
+[ -n "$h2_deps" ] && [ -n "$h2_code" ] || fail "no \`\`\`toml and \`\`\`rust,ignore blocks under '## HTTP/2'"
+command -v node >/dev/null || fail "node is needed for the HTTP/2 run (apt-get install nodejs)"
+kill $server 2>/dev/null
+cargo_toml=$(cat "$scratch/Cargo.toml")
+while read -r dep; do
+  name=${dep%% =*}
+  [ -n "$name" ] || continue
+  if grep -q "^$name = " <<<"$cargo_toml"; then
+    cargo_toml=$(awk -v name="$name" -v line="$dep" 'index($0, name " = ") == 1 { print line; next } { print }' <<<"$cargo_toml")
+  else
+    cargo_toml="$cargo_toml
+$dep"
+  fi
+done <<<"$h2_deps"
+printf '%s\n' "$cargo_toml" | sed "s|^drain-on-drop = { version = \"[^\"]*\", |drain-on-drop = { path = \"$repo\", |" >"$scratch/Cargo.toml"
+grep -q "^drain-on-drop = { path = " "$scratch/Cargo.toml" || fail "the HTTP/2 section's drain-on-drop line is not \`{ version = ..., features = [...] }\`"
+program=$code
+for prefix in "use drain_on_drop::" "let connector = " "let client = " "let mut svc = "; do
+  new=$(grep -F -m1 "$prefix" <<<"$h2_code") || fail "the HTTP/2 section has no \`$prefix\` line"
+  grep -qF "$prefix" <<<"$program" || fail "the quick start has no \`$prefix\` line"
+  if [ "$prefix" = "let connector = " ]; then
+    https_line=$(grep -F -m1 "let https = " <<<"$h2_code") || fail "the HTTP/2 section has no \`let https = \` line"
+    new="$https_line\\n$new"
+  fi
+  program=$(awk -v prefix="$prefix" -v line="$new" 'index($0, prefix) && !done { match($0, /^ */); pad = substr($0, 1, RLENGTH); n = split(line, ls, "\n"); for (i = 1; i <= n; i++) { l = ls[i]; sub(/^ */, "", l); print pad l } done = 1; next } { print }' <<<"$program")
+done
+printf '%s\n' "$program" >"$scratch/src/main.rs"
+echo "quickstart: the HTTP/2 road's dependencies:"
+sed -n '/^\[dependencies\]/,$p' "$scratch/Cargo.toml" | sed 's/^/    /'
+cargo build --offline --manifest-path "$scratch/Cargo.toml"
+mkfifo "$scratch/https/node_stdin"
+node "$repo/tests/node/h2server.js" --tls "$scratch/https/cert.pem" "$scratch/https/key.pem" <"$scratch/https/node_stdin" >"$scratch/https/node_out" &
+node_pid=$!
+exec 3>"$scratch/https/node_stdin"
+trap 'exec 3>&- 2>/dev/null; kill $node_pid 2>/dev/null; rm -rf "$scratch"' EXIT
+for _ in $(seq 100); do grep -q '^READY ' "$scratch/https/node_out" 2>/dev/null && break; sleep 0.1; done
+port=$(sed -n 's/^READY //p' "$scratch/https/node_out")
+[ -n "$port" ] || fail "Node's HTTP/2 server did not start"
+url="https://localhost:$port/len/65536"
+out=$(SSL_CERT_FILE="$scratch/https/cert.pem" timeout 60 cargo run --offline --quiet --manifest-path "$scratch/Cargo.toml" -- "$url")
+printf '%s\n' "$out" | sed 's/^/    /'
+grep -q "^10 requests on 1 connection " <<<"$out" || fail "the HTTP/2 road did not send its 10 requests on one connection"
+grep -q "10 skipped (reset)" <<<"$out" || fail "the HTTP/2 road did not reset its 10 early drops"
+echo "quickstart: the README's HTTP/2 road runs against Node over TLS: one connection, every drop reset"

@@ -52,9 +52,9 @@
 //! TCP and TLS handshake, and, far from the server, TCP slow start again.
 //! 100 sequential requests to a local server with 64 KiB bodies dropped
 //! unread open 100 connections with hyper-util alone, 2 with this layer; 30
-//! requests to an origin 100 ms away with 64 KiB bodies take 12.4 s on 30
-//! connections alone and 3.7 s on 2 with it (a simulated link with TCP slow
-//! start; reading every body: 3.9 s). Go's net/http drains such bodies since 1.27 (256 KiB, 50 ms);
+//! requests to an origin 100 ms away with 64 KiB bodies take 12.42 s on 30
+//! connections alone and 3.67 s on 2 with it (a simulated link with TCP slow
+//! start; reading every body: 3.84 s). Go's net/http drains such bodies since 1.27 (256 KiB, 50 ms);
 //! .NET has `MaxResponseDrainSize` and `ResponseDrainTimeout`.
 //!
 //! **On HTTP/2** a dropped body costs only its stream, which hyper's h2

@@ -29,10 +29,10 @@ pub(crate) struct RequestInfo {
     /// When the request was called: the time to its response head is a
     /// sample of the origin's round trip.
     pub(crate) sent_at: Option<Instant>,
-    /// The connection hyper-util's `Client` sends it on, asked for when its
-    /// origin's HTTP/2 responses come on an `Http2Connector`'s connections:
-    /// the first response on a connection gives the connection hyper-util's
-    /// view of itself, through which it moves on (`connector::Link`).
+    /// The connection hyper-util's `Client` sends it on, asked for while a
+    /// connection of its origin (an `Http2Connector`'s) lacks hyper-util's
+    /// view of itself, through which it moves on (`connector::Link`): once
+    /// per connection.
     #[cfg(feature = "http2")]
     pub(crate) captured: Option<CaptureConnection>,
 }
@@ -50,8 +50,8 @@ impl RequestInfo {
 
     /// The same for a request the layer's service sends through the inner
     /// one (hyper-util's `Client`, which can say which connection it goes
-    /// on: asked once its origin's connection has taken its share of
-    /// resets, `http2::Resets`).
+    /// on: asked while one of its origin's `Http2Connector` connections
+    /// needs it, see `captured`).
     #[inline]
     pub(crate) fn read_for_client<B>(
         shared: &Arc<Shared>,
@@ -80,7 +80,7 @@ impl RequestInfo {
 
     /// The rest of what `call` learns, once the request's origin is known:
     /// built once, in place, and inlined into `call` (`bash
-    /// benches/callgrind.sh`: 1,418 instructions a response read to its end,
+    /// benches/callgrind.sh`: 1,417 instructions a response read to its end,
     /// against 1,435 setting `captured` on `of_head`'s result).
     #[inline]
     fn with_origin(

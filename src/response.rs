@@ -102,9 +102,10 @@ pub(crate) fn at_response<B: Body>(response: &mut Response<B>, request: RequestI
     })
 }
 
-/// An HTTP/2 response: if it came on an `Http2Connector`'s connection, its
-/// origin's requests are captured from now on, and the connection takes
-/// hyper-util's view of itself from `captured` if it has none yet.
+/// An HTTP/2 response: if it came on an `Http2Connector`'s connection that
+/// lacks hyper-util's view of itself, the connection takes it from
+/// `captured`, or the origin's next request is captured for it (one
+/// request per connection, then none).
 #[cfg(feature = "http2")]
 fn links<B>(
     response: &Response<B>,
@@ -112,13 +113,14 @@ fn links<B>(
     captured: Option<hyper_util::client::legacy::connect::CaptureConnection>,
 ) {
     let Some(link) = crate::connector::LinkTag::of_response(response.extensions()) else { return };
-    if let Some(origin) = origin {
-        origin.served_by_links();
+    if !link.wants_handle() {
+        return;
     }
-    if let Some(captured) = captured
-        && link.wants_handle()
-    {
+    if let Some(captured) = captured {
         link.offer_handle(captured);
+    }
+    if let Some(origin) = origin {
+        origin.want_capture(link.wants_handle());
     }
 }
 

@@ -1,8 +1,8 @@
 //! HTTP/2 against Node's own server (`tests/node/h2server.js`, h2c, Node
 //! 20), through the README's HTTP/2 stack (`RetryRefusedLayer` above
-//! `DrainOnDropLayer` over hyper-util's client): a dropped stream is reset
-//! at once and never held, whatever its body does, and what Node refuses
-//! before processing it is sent again.
+//! `DrainOnDropLayer` over hyper-util's client built on `Http2Connector`):
+//! a dropped stream is reset at once and never held, whatever its body
+//! does, and what Node refuses goes again when that is safe.
 //!
 //! What Node does that matters here (measured with this harness):
 //! - Its nghttp2 (1.57 and later) takes at most 1,000 RST_STREAM frames per
@@ -15,20 +15,18 @@
 //!   bytes still queued on a stream (written by the app, not yet sent) when
 //!   the client resets that stream. After 10 MB of such bytes the session
 //!   refuses new streams (RST_STREAM ENHANCE_YOUR_CALM), and after some 100
-//!   refusals fails ("The user callback function failed": GOAWAY
-//!   INTERNAL_ERROR, the streams at or below its last stream id cut off).
-//!   Neither is a refusal a client may take as unprocessed (RFC 9113, 8.7),
-//!   so neither is retried: at loopback speed, 16 callers dropping 1 MiB
-//!   bodies on one connection lose about 10% of their requests so, with
-//!   hyper-util alone and with Go 1.27's client alike (Go: 222 and 204 of
-//!   2,000 on this server, h2c). The layer moves each connection on after
-//!   its share of resets (`http2_resets_per_connection`, 500), which no
-//!   session reaches the limit or fills within: the bulk tests here assert
-//!   that no request is lost. An app answering with a whole Buffer
-//!   (512 KiB in one `end()`) poisons a session within about 20 resets, for
-//!   good (the `#[ignore]`d controls measure it); Go's client escapes it
-//!   only because its 1 GiB connection window lets Node send every such
-//!   body before the drop (so no reset is sent).
+//!   refusals fails. A refusal with ENHANCE_YOUR_CALM is not one a client may
+//!   take as unprocessed (RFC 9113, 8.7); the requests here are GETs, which
+//!   are idempotent, so the retry sends them again, and the first refusal
+//!   tells the connector that this origin punishes resets: that connection
+//!   takes no new stream, and each later one moves on after half the resets
+//!   the refused one had sent, before its session fills. The bulk tests
+//!   assert that no request is lost and that the connections are a few.
+//!   Without the stack, 16 callers dropping 1 MiB bodies on one connection
+//!   lose about 10% of their requests so, with hyper-util alone and with Go
+//!   1.27's client alike (Go: 222 and 204 of 2,000 on this server, h2c). An
+//!   app answering with a whole Buffer (512 KiB in one `end()`) poisons a
+//!   session within about 20 resets (the `#[ignore]`d controls measure it).
 //! - Its defaults announce no `SETTINGS_MAX_CONCURRENT_STREAMS`. A server
 //!   announcing a small limit shows the cost of a held stream: the next
 //!   request waits for it.

@@ -181,10 +181,16 @@ fn https(tls: &super::tls::Tls, road: Road) -> Https {
 }
 
 /// hyper-util's builder for `road`: `http2_only` except on [`Road::Alpn`].
+/// With `DRAIN_BENCH_GO_WINDOWS` set (not to `0`), every hyper-util client
+/// announces Go's flow-control windows (1 GiB per connection, 4 MiB per
+/// stream) instead of hyper's (5 MiB, 2 MiB).
 fn builder(road: Road) -> hyper_util::client::legacy::Builder {
     let mut builder = Client::builder(TokioExecutor::new());
     if road != Road::Alpn {
         builder.http2_only(true);
+    }
+    if std::env::var("DRAIN_BENCH_GO_WINDOWS").is_ok_and(|v| !v.is_empty() && v != "0") {
+        builder.http2_initial_connection_window_size(1 << 30).http2_initial_stream_window_size(4 << 20);
     }
     builder
 }

@@ -38,11 +38,12 @@ pub(crate) struct Origin {
     epoch: Instant,
     /// Drains of this origin holding a slot under `max_concurrent_drains`.
     drains: AtomicUsize,
-    /// Its HTTP/2 responses came on an `Http2Connector`'s connections: its
-    /// requests' connections are captured, so that such a connection can be
-    /// moved on (`connector::Link`).
+    /// One of its HTTP/2 responses came on an `Http2Connector`'s connection
+    /// that does not yet have hyper-util's view of itself (through which it
+    /// moves on, `connector::Link`): the next request's connection is
+    /// captured, until one is given it. A connection needs it once.
     #[cfg(feature = "http2")]
-    links: AtomicBool,
+    wants_capture: AtomicBool,
 }
 
 impl Origin {
@@ -56,23 +57,24 @@ impl Origin {
             epoch: Instant::now(),
             drains: AtomicUsize::new(0),
             #[cfg(feature = "http2")]
-            links: AtomicBool::new(false),
+            wants_capture: AtomicBool::new(false),
         }
     }
 
-    /// Whether its requests' connections are captured (see `links`).
+    /// Whether a request's connection is to be captured (see
+    /// `wants_capture`).
     #[cfg(feature = "http2")]
     #[inline]
     pub(crate) fn captures(&self) -> bool {
-        self.links.load(Ordering::Relaxed)
+        self.wants_capture.load(Ordering::Relaxed)
     }
 
-    /// An HTTP/2 response of this origin came on an `Http2Connector`'s
-    /// connection.
+    /// A connection of this origin wants hyper-util's view of itself
+    /// (`true`), or was just given it (`false`).
     #[cfg(feature = "http2")]
-    pub(crate) fn served_by_links(&self) {
-        if !self.links.load(Ordering::Relaxed) {
-            self.links.store(true, Ordering::Relaxed);
+    pub(crate) fn want_capture(&self, wanted: bool) {
+        if self.wants_capture.load(Ordering::Relaxed) != wanted {
+            self.wants_capture.store(wanted, Ordering::Relaxed);
         }
     }
 

@@ -2,11 +2,11 @@
 //! (NO_ERROR) after `keepalive_requests` (100 here) requests. The requests a
 //! client sent past the GOAWAY's last stream id were never processed:
 //! hyper-util's client fails them, the README's HTTP/2 stack
-//! (`RetryRefusedLayer` above the layer) sends them again on a new
-//! connection.
+//! (`RetryRefusedLayer` above the layer, over `Http2Connector`) sends them
+//! again on a new connection.
 
 use bytes::Bytes;
-use drain_on_drop::{DrainOnDropLayer, Reason, RetryRefusedLayer};
+use drain_on_drop::{DrainOnDropLayer, Http2Connector, Reason, RetryRefusedLayer};
 use http_body_util::Empty;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -41,7 +41,8 @@ pub(crate) async fn graceful_goaway(server: &Server) -> GoawayRun {
     let layer = DrainOnDropLayer::new();
     let mut http = HttpConnector::new();
     http.set_nodelay(true);
-    let client = Client::builder(TokioExecutor::new()).http2_only(true).build(layer.observe(http));
+    let connector = Http2Connector::new(layer.observe(http));
+    let client = Client::builder(TokioExecutor::new()).http2_only(true).build(connector);
     let svc = ServiceBuilder::new().layer(RetryRefusedLayer::new()).layer(layer.clone()).service(client);
     let stack = h2_traffic(svc, uri, CALLERS, REQUESTS, false).await;
     let s = settle(&layer.stats(), SLACK).await;
