@@ -399,6 +399,17 @@
 //!
 //! [`Client`]: https://docs.rs/hyper-util/latest/hyper_util/client/legacy/struct.Client.html
 
+// The HTTP/2 road's items exist with the `http2` feature: without it (as
+// `cargo doc` builds by default), their links go to docs.rs, built with it.
+#![cfg_attr(
+    feature = "http2",
+    doc = "\n[`RetryRefusedLayer`]: crate::RetryRefusedLayer\n[`Http2Connector`]: crate::Http2Connector"
+)]
+#![cfg_attr(
+    not(feature = "http2"),
+    doc = "\n[`RetryRefusedLayer`]: https://docs.rs/drain-on-drop/latest/drain_on_drop/retry/struct.RetryRefusedLayer.html\n\
+           [`Http2Connector`]: https://docs.rs/drain-on-drop/latest/drain_on_drop/connector/struct.Http2Connector.html"
+)]
 #![forbid(unsafe_code)]
 
 // The rooms, from the entry point down (`tests/layout.rs` keeps the import

@@ -55,9 +55,37 @@
 //!
 //! The request body must be `Clone`, and its clone must replay it: `Empty`,
 //! `Full`, `String`, `Bytes` (a streaming body cannot be sent twice; tonic's
-//! is one). Without it, rustc says "the method `ready` exists for struct
-//! `RetryRefused<…>`, but its trait bounds were not satisfied" and lists
-//! `B: Clone`. The service's error must be a `std::error::Error`
+//! is one). With a body that is not, rustc says only "the method `ready`
+//! exists for struct `RetryRefused<…>`, but its trait bounds were not
+//! satisfied" (E0599), and never names `Clone` (at `ready()` it does not yet
+//! know the request's type); `Service::call` or `oneshot` with that request
+//! says "the trait bound `…: Clone` is not satisfied":
+//!
+//! ```compile_fail,E0599
+//! # use drain_on_drop::RetryRefusedLayer;
+//! # use tower::{Service, ServiceBuilder, ServiceExt};
+//! /// A request body that is not `Clone`: it cannot be sent twice.
+//! struct Once(http_body_util::Full<hyper::body::Bytes>);
+//! # impl http_body::Body for Once {
+//! #     type Data = hyper::body::Bytes;
+//! #     type Error = std::convert::Infallible;
+//! #     fn poll_frame(
+//! #         self: std::pin::Pin<&mut Self>,
+//! #         cx: &mut std::task::Context<'_>,
+//! #     ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+//! #         std::pin::Pin::new(&mut self.get_mut().0).poll_frame(cx)
+//! #     }
+//! # }
+//! # async fn run() {
+//! let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+//!     .build_http::<Once>();
+//! let mut svc = ServiceBuilder::new().layer(RetryRefusedLayer::new()).service(client);
+//! let req = http::Request::new(Once(http_body_util::Full::default()));
+//! let _ = svc.ready().await.unwrap().call(req).await; // E0599: `Once` is not `Clone`
+//! # }
+//! ```
+//!
+//! The service's error must be a `std::error::Error`
 //! (hyper-util's, hyper's, tonic's are): put a tower `Buffer`, whose errors
 //! are boxed, above it. A request goes again through the same service, so on
 //! a client that keeps one connection (hyper's own `SendRequest`) it fails
@@ -80,7 +108,9 @@ use crate::timer::Deadline;
 
 /// Wraps a client service in [`RetryRefused`]: a request that failed before
 /// its response goes again when the server never processed it, or when its
-/// method is idempotent (see the [module](self)).
+/// method is idempotent (see the [module](self)). The request body must be
+/// `Clone` (`Empty`, `Full`, `String`, `Bytes`); with one that is not, rustc
+/// reports E0599 at `ready()` without naming `Clone` (see the module).
 #[derive(Clone, Copy, Debug)]
 pub struct RetryRefusedLayer {
     max_retries: usize,
