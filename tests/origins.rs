@@ -50,3 +50,37 @@ async fn a_port_hyper_accepts_is_keyed_to_the_server_hyper_connects_to() {
     let fast_rtt = origins.iter().find(|o| o.origin == fast_key).and_then(|o| o.round_trip).unwrap();
     assert!(fast_rtt < slow_head, "and the fast one its own: {fast_rtt:?}");
 }
+
+/// Services behind one gateway, sidecars on localhost, a test suite's
+/// servers: 64 origins that differ by their port alone are all kept, each
+/// with its own round trip, however often they are used in turn (the
+/// origin hash once put every port of one host in one 16-place part of the
+/// table, and each was forgotten and recreated empty).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sixty_four_origins_on_one_host_keep_their_state() {
+    let mut servers = Vec::new();
+    for i in 0..64u64 {
+        servers.push(RawServer::start(move |_| content_length(i, KIB)).await);
+    }
+    let layer = DrainOnDropLayer::new();
+    let mut svc = layer.clone().layer(client().0);
+    for _ in 0..3 {
+        for server in &servers {
+            let uri = format!("http://127.0.0.1:{}/", server.addr.port());
+            let res = svc.ready().await.unwrap().call(get(uri.parse().unwrap())).await.unwrap();
+            read_all(res.into_body()).await.unwrap();
+        }
+    }
+    let origins = layer.origins();
+    assert_eq!(
+        origins.len(),
+        64,
+        "every origin kept: {:?}",
+        origins.iter().map(|o| &o.origin).collect::<Vec<_>>()
+    );
+    for server in &servers {
+        let name = format!("http://127.0.0.1:{}", server.addr.port());
+        let origin = origins.iter().find(|o| o.origin == name).unwrap_or_else(|| panic!("{name} kept"));
+        assert!(origin.round_trip.is_some(), "{name}: its round trip kept");
+    }
+}
