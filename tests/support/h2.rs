@@ -299,6 +299,9 @@ pub struct RawCounts {
     /// The connections whose serving ended (closed by either side), by
     /// number.
     pub ended: Mutex<Vec<usize>>,
+    /// RST_STREAM frames the client sent, on every connection (for streams
+    /// still open or already answered alike).
+    pub resets: AtomicUsize,
 }
 
 /// The last stream id of a GOAWAY sent by [`RawH2::go_away`].
@@ -566,6 +569,11 @@ async fn raw_connection(
             0x1 => {
                 bodies.entry(id).or_default();
                 flags & 0x1 != 0
+            }
+            // RST_STREAM: counted.
+            0x3 => {
+                counts.resets.fetch_add(1, Ordering::SeqCst);
+                false
             }
             // DATA: the request's body.
             0x0 => {
