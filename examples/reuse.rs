@@ -106,6 +106,9 @@ async fn run(label: &str, url: &Uri, n: usize, layer: DrainOnDropLayer, draining
     http.enforce_http(false);
     // rustls with its ring provider, named: a program whose dependencies
     // enable two providers (ring and aws-lc-rs) has no process default.
+    // rustls 0.23.48 deprecates ring's provider (no post-quantum key exchange); the
+    // repository keeps ring so that nothing builds aws-lc-sys (a C library).
+    #[allow(deprecated)]
     let https = hyper_rustls::HttpsConnectorBuilder::new()
         .with_provider_and_webpki_roots(rustls::crypto::ring::default_provider())?
         .https_or_http()

@@ -75,6 +75,9 @@ impl Tls {
         let key_pem = TempFile(std::env::temp_dir().join(format!("key-{name}")));
         std::fs::write(&key_pem.0, key.signing_key.serialize_pem()).expect("write the key's PEM file");
         let private = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.signing_key.serialize_der()));
+        // rustls 0.23.48 deprecates ring's provider (no post-quantum key exchange); the
+        // repository keeps ring so that nothing builds aws-lc-sys (a C library).
+        #[allow(deprecated)]
         let provider = Arc::new(rustls::crypto::ring::default_provider());
 
         let mut server = ServerConfig::builder_with_provider(provider.clone())

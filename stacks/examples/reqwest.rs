@@ -81,6 +81,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     // This repository builds reqwest with `rustls-no-provider` and names
     // rustls' ring provider; with reqwest's default features (aws-lc-rs),
     // leave this line out.
+    // rustls 0.23.48 deprecates ring's provider (no post-quantum key exchange); the
+    // repository keeps ring so that nothing builds aws-lc-sys (a C library).
+    #[allow(deprecated)]
     let _ = rustls::crypto::ring::default_provider().install_default();
     let client = reqwest::Client::new();
     let layer = DrainOnDropLayer::new();

@@ -100,6 +100,9 @@ impl Road {
 fn reqwest_client() -> reqwest::Client {
     // The repository's reqwest has rustls' ring provider (not aws-lc-rs);
     // with reqwest's default features, leave this line out.
+    // rustls 0.23.48 deprecates ring's provider (no post-quantum key exchange); the
+    // repository keeps ring so that nothing builds aws-lc-sys (a C library).
+    #[allow(deprecated)]
     let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::Client::new()
 }

@@ -30,6 +30,9 @@ use support::*;
 /// servers do, answering with `len` bytes in 16 KiB frames; its port, the
 /// client's TLS configuration that trusts it, and the connections accepted.
 async fn tls_server(len: usize) -> (u16, rustls::ClientConfig, Arc<AtomicUsize>) {
+    // rustls 0.23.48 deprecates ring's provider (no post-quantum key exchange); the
+    // repository keeps ring so that nothing builds aws-lc-sys (a C library).
+    #[allow(deprecated)]
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let key = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
     let cert = key.cert.der().clone();

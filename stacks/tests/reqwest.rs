@@ -26,6 +26,9 @@ use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
 /// repository builds reqwest with `rustls-no-provider` (ring, as every other
 /// TLS set-up here), where reqwest's default features would bring aws-lc-rs.
 fn reqwest_builder() -> reqwest::ClientBuilder {
+    // rustls 0.23.48 deprecates ring's provider (no post-quantum key exchange); the
+    // repository keeps ring so that nothing builds aws-lc-sys (a C library).
+    #[allow(deprecated)]
     let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::Client::builder()
 }
@@ -91,6 +94,9 @@ async fn tls_server() -> (u16, reqwest::Certificate, Arc<AtomicUsize>) {
     let key = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
     let cert = key.cert.der().clone();
     let private = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.signing_key.serialize_der()));
+    // rustls 0.23.48 deprecates ring's provider (no post-quantum key exchange); the
+    // repository keeps ring so that nothing builds aws-lc-sys (a C library).
+    #[allow(deprecated)]
     let mut config = ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
         .with_safe_default_protocol_versions()
         .unwrap()

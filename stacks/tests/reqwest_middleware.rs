@@ -25,6 +25,9 @@ use reqwest_middleware::{Middleware, Next};
 use support::*;
 
 fn client(layer: Option<&DrainOnDropLayer>) -> reqwest_middleware::ClientWithMiddleware {
+    // rustls 0.23.48 deprecates ring's provider (no post-quantum key exchange); the
+    // repository keeps ring so that nothing builds aws-lc-sys (a C library).
+    #[allow(deprecated)]
     let _ = rustls::crypto::ring::default_provider().install_default();
     let builder = reqwest_middleware::ClientBuilder::new(reqwest::Client::new());
     match layer {
@@ -212,6 +215,9 @@ async fn the_middleware_goes_last_to_drain_what_a_retry_middleware_discards() {
             }
         })
         .await;
+        // rustls 0.23.48 deprecates ring's provider (no post-quantum key exchange); the
+        // repository keeps ring so that nothing builds aws-lc-sys (a C library).
+        #[allow(deprecated)]
         let _ = rustls::crypto::ring::default_provider().install_default();
         let layer = DrainOnDropLayer::new().max_time(SECONDS);
         let builder = reqwest_middleware::ClientBuilder::new(reqwest::Client::new());
