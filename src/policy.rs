@@ -35,7 +35,7 @@ pub(crate) struct AtDrop {
     /// The thread is unwinding from a panic.
     pub(crate) unwinding: bool,
     /// The response is HTTP/2 (or later): a drop resets a stream, never
-    /// the connection (see `http2.rs`).
+    /// the connection (see the HTTP/2 room, `http2`).
     pub(crate) http2: bool,
 }
 

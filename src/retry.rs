@@ -17,7 +17,7 @@
 //!   may have been processed is never sent again.
 //!
 //! A failed connect is not retried. Which failures are which is the HTTP/2
-//! room's (`http2.rs`), with the facts from h2 and hyper it rests on; this
+//! room's (`http2`), with the facts from h2 and hyper it rests on; this
 //! module is the tower plumbing. A stream refused with ENHANCE_YOUR_CALM
 //! also tells the [`Http2Connector`](crate::Http2Connector) that its server
 //! punishes resets: that connection takes no new request, and the origin

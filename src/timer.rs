@@ -73,6 +73,12 @@ impl Deadline {
         Deadline { at, key: None }
     }
 
+    /// When it passes.
+    #[cfg(feature = "http2")]
+    pub(crate) fn when(&self) -> Instant {
+        self.at
+    }
+
     /// `Ready` once the deadline has passed; until then, `cx`'s waker is
     /// woken when it does. The waker is cloned, and a replaced one dropped,
     /// outside the timers' lock: they run the executor's code.

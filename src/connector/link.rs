@@ -21,6 +21,8 @@ pub(crate) struct Link {
     resets: AtomicUsize,
     /// It was told to take no new request (or will be, once `handle` comes).
     moved: AtomicBool,
+    /// Its server punished it (its origin learned from it once).
+    punished: AtomicBool,
     /// hyper-util's view of the connection, from the first response of a
     /// request whose connection was captured (the layer captures every
     /// request to an origin its connections served): `Connected::poison`
@@ -34,25 +36,30 @@ impl Link {
             origin,
             resets: AtomicUsize::new(0),
             moved: AtomicBool::new(false),
+            punished: AtomicBool::new(false),
             handle: OnceLock::new(),
         })
     }
 
     /// `n` more RST_STREAM frames went out on the connection: past its
-    /// origin's share, it moves on.
+    /// origin's share, it moves on (and its origin hears it did so
+    /// unpunished so far).
     pub(crate) fn reset_written(&self, n: usize) {
         let resets = self.resets.fetch_add(n, Ordering::Relaxed) + n;
-        if http2::moves_on(resets, self.origin.share()) {
-            self.move_on();
+        if http2::moves_on(resets, self.origin.share()) && self.move_on() {
+            self.origin.moved(resets);
         }
     }
 
     /// The connection takes no new request: poisoned now if hyper-util's
-    /// handle on it is here, else as soon as it comes.
-    pub(crate) fn move_on(&self) {
-        if !self.moved.swap(true, Ordering::AcqRel) {
+    /// handle on it is here, else as soon as it comes. Whether this call
+    /// moved it (it had not moved yet).
+    fn move_on(&self) -> bool {
+        let first = !self.moved.swap(true, Ordering::AcqRel);
+        if first {
             self.poison();
         }
+        first
     }
 
     fn poison(&self) {
@@ -81,10 +88,19 @@ impl Link {
         }
     }
 
-    /// The server refused a stream because of what this connection did
-    /// (`http2::punishment`): its origin learns the share it bears.
+    /// The server punished the connection for what it did
+    /// (`http2::punishes`: seen by the connection reading the server's
+    /// frames, or by `RetryRefused` in a request's error): it takes no new
+    /// request, and its origin learns, once, from the resets it had sent.
     pub(crate) fn punished(&self) {
-        self.origin.learn(self.resets.load(Ordering::Relaxed));
+        if !self.punished.swap(true, Ordering::AcqRel) {
+            tracing::debug!(
+                target: "drain_on_drop",
+                resets = self.resets.load(Ordering::Relaxed),
+                "HTTP/2 connection punished by its server for its resets"
+            );
+            self.origin.punished(self.resets.load(Ordering::Relaxed));
+        }
         self.move_on();
     }
 }

@@ -1,64 +1,74 @@
 //! [`Http2Connector`]: hyper-util's connector, wrapped so that an origin
-//! that speaks HTTP/2 is dialed once at a time, and each HTTP/2 connection
-//! is charged for the resets it sends and moves on only as far as its server
-//! needs. The rules are `http2.rs`'s (`gates`, `moves_on`,
-//! `learned_share`); here are the pieces that follow them: the origins and
-//! their dials (`gate`), each connection's record (`link`), the connections
-//! themselves (`io`), and what a connection writes (`frames`).
+//! that speaks HTTP/2 is dialed once at a time, never longer than its
+//! patience, and each HTTP/2 connection is charged for the resets it sends
+//! and moves on only as far as its server needs. The rules are the HTTP/2
+//! room's (`http2`: `gates`, `patience`, `Share`, `punishes`); here are the
+//! pieces that follow them: the origins and their dials (`gate`), a connect
+//! through the gate (`connect`), each connection's record (`link`), the
+//! connections themselves (`io`), and what a connection carries (`frames`).
 
+mod connect;
 mod frames;
 mod gate;
 mod io;
 mod link;
 
 use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker, ready};
+use std::task::{Context, Poll};
+use std::time::Duration;
 
 use http::Uri;
 use hyper_util::client::legacy::connect::Connection;
 use tower_service::Service;
 
-use self::gate::{Dial, DialOrigin, Entry, Origins, Phase};
-use self::io::Hold;
+pub use self::connect::ConnectFuture;
+use self::gate::{Origins, Settings};
 pub use self::io::Http2Connection;
-pub(crate) use self::link::{Link, LinkTag};
-use crate::http2::Proto;
-pub(crate) use crate::http2::Superseded;
+pub(crate) use self::link::LinkTag;
 
+/// The error of an [`Http2Connector`]'s connect (see its `Service` impl).
 pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Wraps hyper-util's connector (such as hyper-rustls' `HttpsConnector`)
 /// for the HTTP/2 road, over TLS with ALPN as over h2c:
 ///
-/// - **One dial at a time.** While an origin speaks HTTP/2 (or, over TLS,
-///   before its first connection said what it speaks), a connect that finds
-///   another dial to it on its way waits for that dial, and hyper-util hands
-///   the request that dial's connection from its pool. hyper-util alone
-///   takes that lock only with `http2_only`: over ALPN, each request waiting
-///   for a connection dials its own TLS connection, and all but one are
-///   thrown away after their handshakes, at the start and after every
-///   connection lost. HTTP/1 origins are dialed as before, one connection
-///   per request in flight.
+/// - **One dial at a time, never a hostage.** While an origin speaks
+///   HTTP/2 (or, over TLS, before its first connection said what it
+///   speaks), a connect that finds another dial to it on its way waits for
+///   that dial, and hyper-util hands the request that dial's connection
+///   from its pool. hyper-util alone takes that lock only with
+///   `http2_only`: over ALPN, each request waiting for a connection dials
+///   its own TLS connection, and all but one are thrown away after their
+///   handshakes, at the start and after every connection lost. A connect
+///   waits at most the origin's patience ([`dial_patience`]: by default
+///   twice its median handshake, 250 ms to 2 s, 1 s before any), then
+///   dials its own, as hyper-util alone would have; a dial that fails
+///   fails those waiting for it at once, with what it said; a caller that
+///   gives up leaves nothing behind. HTTP/1 origins are dialed as before,
+///   one connection per request in flight.
 /// - **Moved on only as far as the server needs.** Each HTTP/2 connection
 ///   counts the RST_STREAM frames it writes (a dropped body's stream, a
-///   cancelled request's). A server that punishes resets (Node refuses new
-///   streams with ENHANCE_YOUR_CALM once its session memory is spent)
-///   teaches the origin a share, half the resets its connection had taken,
-///   through [`RetryRefused`](crate::RetryRefused), which sees the refusal;
-///   from then on each connection to that origin takes no new request once
-///   its share is spent (hyper-util's `Connected::poison`: the requests on
-///   it finish; the next one dials, once). Servers that punish nothing (Go's
-///   net/http, nginx, hyper) keep one connection.
+///   cancelled request's), and reads what its server says of them. A
+///   server that punishes resets (Node refuses new streams with
+///   ENHANCE_YOUR_CALM once its session memory is spent; nghttp2 and Apache
+///   send GOAWAY INTERNAL_ERROR past their limits) teaches the origin a
+///   share, half the resets the punished connection had sent; from then on
+///   each connection to that origin takes no new request once its share is
+///   spent (hyper-util's `Connected::poison`: the requests on it finish;
+///   the next one dials, once). A lesson is tested: after a few
+///   connections moved on unpunished, one may take twice what was
+///   punished; unpunished, the lesson is forgotten. Servers that punish
+///   nothing (Go's net/http, nginx, h2o, hyper) keep one connection.
 ///
-/// It changes no byte: the wrapped connector's I/O is read as it is written,
-/// frame headers only. Moving a connection on takes hyper-util's view of it,
-/// which [`DrainOnDrop`](crate::DrainOnDrop) captures on requests to origins
-/// it has seen served by this connector: the README's HTTP/2 stack has all
-/// three (`RetryRefused` above `DrainOnDrop`, over a `Client` built with
-/// this connector).
+/// It changes no byte, and hyper-util gets the wrapped connector's own
+/// connections, `connected()` and extras (`HttpInfo`) included: their I/O
+/// is read as it is written and read (frame headers only; what is read is
+/// copied once on its way). Moving a connection on takes hyper-util's view
+/// of it, which [`DrainOnDrop`](crate::DrainOnDrop) captures on requests to
+/// origins it has seen served by this connector: the README's HTTP/2 stack
+/// has all three (`RetryRefused` above `DrainOnDrop`, over a `Client` built
+/// with this connector).
 ///
 /// ```
 /// use drain_on_drop::{DrainOnDropLayer, Http2Connector, RetryRefusedLayer};
@@ -79,7 +89,12 @@ pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// ```
 ///
 /// Clones share their origins (build one per `Client`); each origin's state
-/// is a few words, and at most 1,024 unused origins are kept.
+/// is a few words, and at most 1,024 unused origins are kept. A client
+/// without a pool (`pool_max_idle_per_host(0)`) gains nothing from it: each
+/// request needs its own connection, and one that found a dial on its way
+/// dials its own only once that dial's connection is in use.
+///
+/// [`dial_patience`]: Http2Connector::dial_patience
 #[derive(Clone)]
 pub struct Http2Connector<C> {
     inner: C,
@@ -87,30 +102,58 @@ pub struct Http2Connector<C> {
 }
 
 impl<C> Http2Connector<C> {
-    /// Wraps `inner`: one dial at a time per HTTP/2 origin, and each origin's
-    /// share of resets per connection learned from its servers.
+    /// Wraps `inner`: one dial at a time per HTTP/2 origin, within the
+    /// origin's patience, and each origin's share of resets per connection
+    /// learned from its servers.
     pub fn new(inner: C) -> Self {
-        Http2Connector { inner, origins: Arc::new(Origins::new(None)) }
+        Http2Connector { inner, origins: Arc::new(Origins::new(Settings::default())) }
     }
 
     /// Fixes the resets an HTTP/2 connection takes before it moves on, for
     /// every origin: `0` never moves a connection for its resets. Default
     /// is none fixed: an origin has no share (its connections never move)
-    /// until one of its servers refuses a stream for what a connection did,
-    /// then half the resets that connection had taken. Fix it for a server
-    /// known to punish resets from the first connection on, so that not even
-    /// the first refusal comes (idempotent requests refused then go again;
-    /// others fail).
+    /// until one of its servers punishes a connection for its resets, then
+    /// half the resets that connection had sent, tested now and then and
+    /// forgotten when a test goes unpunished. Fix it for a server known to
+    /// punish resets from the first connection on, so that not even the
+    /// first refusal comes (idempotent requests refused then go again;
+    /// others fail). A punished connection takes no new request either way.
     ///
     /// ```
     /// # use drain_on_drop::Http2Connector;
     /// # use hyper_util::client::legacy::connect::HttpConnector;
-    /// // A Node backend: Node 20 refuses streams once about 500 resets
-    /// // filled a session.
-    /// let connector = Http2Connector::new(HttpConnector::new()).resets_per_connection(200);
+    /// // A Node 20 backend answering 1 MiB with one `stream.end`: its
+    /// // sessions refuse new streams after some 14 resets of such bodies.
+    /// let connector = Http2Connector::new(HttpConnector::new()).resets_per_connection(7);
     /// ```
     pub fn resets_per_connection(self, resets: usize) -> Self {
-        Http2Connector { inner: self.inner, origins: Arc::new(Origins::new(Some(resets))) }
+        let settings = Settings { share: Some(resets), ..self.origins.settings };
+        Http2Connector { inner: self.inner, origins: Arc::new(Origins::new(settings)) }
+    }
+
+    /// Fixes how long a connect waits for another dial to its origin
+    /// already on its way before it dials its own, for every origin.
+    /// Default is learned per origin: twice the median of its last 8
+    /// handshakes (the wrapped connector's call to its connection), at
+    /// least 250 ms (RFC 8305's Connection Attempt Delay) and at most 2 s
+    /// (its bound); 1 s before any handshake to it ended (a TCP and TLS 1.2
+    /// handshake across the world). A handshake
+    /// that never ends (a balancer that accepts and never answers:
+    /// `HttpConnector::set_connect_timeout` bounds TCP only, and
+    /// hyper-rustls bounds no handshake) costs the others this much;
+    /// `Duration::ZERO` makes no connect wait (every request that finds no
+    /// connection dials its own, as hyper-util alone does over ALPN).
+    ///
+    /// ```
+    /// # use drain_on_drop::Http2Connector;
+    /// # use hyper_util::client::legacy::connect::HttpConnector;
+    /// # use std::time::Duration;
+    /// // An origin far away, whose handshakes vary a lot.
+    /// let connector = Http2Connector::new(HttpConnector::new()).dial_patience(Duration::from_secs(1));
+    /// ```
+    pub fn dial_patience(self, patience: Duration) -> Self {
+        let settings = Settings { patience: Some(patience), ..self.origins.settings };
+        Http2Connector { inner: self.inner, origins: Arc::new(Origins::new(settings)) }
     }
 
     /// Gets a reference to the wrapped connector.
@@ -137,190 +180,29 @@ impl<C: fmt::Debug> fmt::Debug for Http2Connector<C> {
     }
 }
 
+/// Connects as the wrapped connector does. Its error is the wrapped
+/// connector's, boxed; a connect that waited for another's dial that failed
+/// gets an `io::Error` of that dial's kind that says what it said (the
+/// wrapped connector's error is not `Clone`); a connect hyper-util finished
+/// in the background after its request was handed another connection ends
+/// at once with an error hyper-util drops.
 impl<C> Service<Uri> for Http2Connector<C>
 where
     C: Service<Uri> + Clone,
+    C::Error: Into<BoxError>,
     C::Future: Unpin,
     C::Response: Connection,
 {
     type Response = Http2Connection<C>;
-    type Error = C::Error;
+    type Error = BoxError;
     type Future = ConnectFuture<C>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
+        self.inner.poll_ready(cx).map_err(Into::into)
     }
 
     fn call(&mut self, dst: Uri) -> Self::Future {
-        let origin = self.origins.of(&dst);
-        let entry = origin.enter();
-        tracing::trace!(target: "drain_on_drop::dial", entry = entry.name(), "connect");
-        let state = match entry {
-            Entry::Free => Connecting::Dial { dial: self.inner.call(dst), hold: Hold { origin, dial: None } },
-            Entry::Dial(dial) => {
-                Connecting::Dial { dial: self.inner.call(dst), hold: Hold { origin, dial: Some(dial) } }
-            }
-            entry => {
-                // The connector made ready goes with the request; a clone
-                // takes its place.
-                let ready = self.inner.clone();
-                let connector = std::mem::replace(&mut self.inner, ready);
-                match entry {
-                    Entry::Wait(dial) => Connecting::Wait { dial, connector, dst, origin },
-                    _ => Connecting::StandIn { connector, dst, origin },
-                }
-            }
-        };
-        ConnectFuture { state, owner: None }
-    }
-}
-
-/// Future of [`Http2Connector`]: the wrapped connector's connection, or,
-/// when another dial to the origin was on its way, that dial's outcome
-/// first (see [`Http2Connector`]).
-#[must_use = "futures do nothing unless polled"]
-pub struct ConnectFuture<C: Service<Uri>> {
-    state: Connecting<C>,
-    /// The task that first polled it: the one that wants the connection
-    /// (hyper-util finishes a connect it no longer needs on another).
-    owner: Option<Waker>,
-}
-
-enum Connecting<C: Service<Uri>> {
-    /// Dialing; `hold` lets those waiting for this dial go on if it fails
-    /// or is dropped.
-    Dial {
-        dial: C::Future,
-        hold: Hold,
-    },
-    /// Waiting for another's dial.
-    Wait {
-        dial: Arc<Dial>,
-        connector: C,
-        dst: Uri,
-        origin: Arc<DialOrigin>,
-    },
-    /// Standing in for another's connection, being pooled.
-    StandIn {
-        connector: C,
-        dst: Uri,
-        origin: Arc<DialOrigin>,
-    },
-    /// About to dial once `connector` is ready.
-    Ready {
-        connector: C,
-        dst: Uri,
-        hold: Hold,
-    },
-    Done,
-}
-
-// Nothing here is ever pinned in place: the wrapped connector's future is
-// polled through `Pin::new`, which asks it to be `Unpin`.
-impl<C: Service<Uri>> Unpin for ConnectFuture<C> {}
-
-impl<C> Future for ConnectFuture<C>
-where
-    C: Service<Uri>,
-    C::Future: Unpin,
-    C::Response: Connection,
-{
-    type Output = Result<Http2Connection<C>, C::Error>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.get_mut();
-        if this.owner.is_none() {
-            this.owner = Some(cx.waker().clone());
-        }
-        let owner = || this.owner.clone().expect("set above");
-        loop {
-            match &mut this.state {
-                Connecting::Dial { dial, .. } => {
-                    let result = ready!(Pin::new(dial).poll(cx));
-                    let Connecting::Dial { hold, .. } = std::mem::replace(&mut this.state, Connecting::Done)
-                    else {
-                        unreachable!("matched above")
-                    };
-                    return Poll::Ready(result.map(|io| connected(io, hold)));
-                }
-                Connecting::Wait { dial, .. } => {
-                    let phase = ready!(dial.poll_phase(cx));
-                    let Connecting::Wait { connector, dst, origin, .. } =
-                        std::mem::replace(&mut this.state, Connecting::Done)
-                    else {
-                        unreachable!("matched above")
-                    };
-                    if phase != Phase::Over {
-                        return Poll::Ready(Ok(Http2Connection::lazy(connector, owner(), dst, origin)));
-                    }
-                    // That dial failed, or found HTTP/1: through the gate again.
-                    this.state = match origin.enter() {
-                        Entry::Wait(dial) => Connecting::Wait { dial, connector, dst, origin },
-                        Entry::StandIn => Connecting::StandIn { connector, dst, origin },
-                        Entry::Free => {
-                            Connecting::Ready { connector, dst, hold: Hold { origin, dial: None } }
-                        }
-                        Entry::Dial(dial) => {
-                            Connecting::Ready { connector, dst, hold: Hold { origin, dial: Some(dial) } }
-                        }
-                    };
-                }
-                Connecting::Ready { connector, dst, .. } => {
-                    if let Err(e) = ready!(connector.poll_ready(cx)) {
-                        this.state = Connecting::Done;
-                        return Poll::Ready(Err(e));
-                    }
-                    let dial = connector.call(dst.clone());
-                    let Connecting::Ready { hold, .. } = std::mem::replace(&mut this.state, Connecting::Done)
-                    else {
-                        unreachable!("matched above")
-                    };
-                    this.state = Connecting::Dial { dial, hold };
-                }
-                Connecting::StandIn { .. } => {
-                    let Connecting::StandIn { connector, dst, origin } =
-                        std::mem::replace(&mut this.state, Connecting::Done)
-                    else {
-                        unreachable!("matched above")
-                    };
-                    return Poll::Ready(Ok(Http2Connection::lazy(connector, owner(), dst, origin)));
-                }
-                Connecting::Done => panic!("ConnectFuture polled after completion"),
-            }
-        }
-    }
-}
-
-/// A dial's connection, as it is handed to hyper-util: HTTP/1 by ALPN, or
-/// on an origin known to speak it over plain TCP, untouched; anything else
-/// read as it is written.
-fn connected<C>(io: C::Response, hold: Hold) -> Http2Connection<C>
-where
-    C: Service<Uri>,
-    C::Response: Connection,
-{
-    let origin = hold.origin.clone();
-    let alpn_h2 = io.connected().is_negotiated_h2();
-    if (origin.https() && !alpn_h2) || (!origin.https() && origin.proto() == Proto::Http1) {
-        hold.spoke(Proto::Http1);
-        return Http2Connection::plain(io);
-    }
-    if let Some(dial) = &hold.dial {
-        origin.handed(dial);
-    }
-    Http2Connection::tracked(io, Link::new(origin), hold)
-}
-
-impl<C: Service<Uri>> fmt::Debug for ConnectFuture<C> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let state = match &self.state {
-            Connecting::Dial { .. } => "dialing",
-            Connecting::Wait { .. } => "waiting for another dial",
-            Connecting::StandIn { .. } => "standing in",
-            Connecting::Ready { .. } => "about to dial",
-            Connecting::Done => "done",
-        };
-        f.debug_struct("ConnectFuture").field("state", &state).finish()
+        ConnectFuture::start(self.origins.of(&dst), &mut self.inner, dst)
     }
 }
 

@@ -13,7 +13,7 @@
 //! `max_time` of the drop plus the time of one frame, whatever the body.
 //!
 //! HTTP/2 bodies never come here: a dropped one is reset at once, unread
-//! (`http2.rs` says why).
+//! (the HTTP/2 room, `http2`, says why).
 
 use std::cell::Cell;
 use std::future::poll_fn;

@@ -80,6 +80,22 @@ fn https(tls: rustls::ClientConfig) -> Https {
         .wrap_connector(http)
 }
 
+/// A patience beyond any handshake a loaded machine takes, for the tests
+/// that count dials: they are about the gate (one dial for those waiting),
+/// not about its patience (`http2_faults.rs`: a stuck handshake costs the
+/// others the default patience, then each dials its own).
+const PATIENT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// With `TRACE_DIALS` set, what the connector and hyper-util's pool do
+/// with each connect, on stderr.
+fn trace_dials() {
+    if std::env::var_os("TRACE_DIALS").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter("drain_on_drop=debug,drain_on_drop::dial=trace,hyper_util::client::legacy=trace")
+            .try_init();
+    }
+}
+
 /// hyper-util's client over `connector`, at its defaults (no `http2_only`).
 fn client<C>(connector: C) -> Client<C, Empty<Bytes>>
 where
@@ -127,17 +143,13 @@ async fn control_alone_over_alpn_dials_a_connection_for_every_caller_waiting_for
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_alpn_callers_at_the_start_wait_for_one_dial() {
-    if std::env::var_os("TRACE_DIALS").is_some() {
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter("drain_on_drop::dial=trace,hyper_util::client::legacy=trace")
-            .try_init();
-    }
+    trace_dials();
     let (port, tls, accepted) = tls_server(16 * KIB).await;
     let uri: http::Uri = format!("https://localhost:{port}/").parse().unwrap();
     let svc = ServiceBuilder::new()
         .layer(RetryRefusedLayer::new())
         .layer(DrainOnDropLayer::new())
-        .service(client(Http2Connector::new(https(tls))));
+        .service(client(Http2Connector::new(https(tls)).dial_patience(PATIENT)));
     assert_eq!(at_once(svc, uri, 16).await, 0);
     assert_eq!(accepted.load(Ordering::SeqCst), 1, "16 callers, one TLS connection");
 }
@@ -171,11 +183,12 @@ async fn a_server_that_punishes_nothing_keeps_one_connection_over_alpn() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_that_moves_on_is_replaced_by_one_dial_not_one_per_caller() {
+    trace_dials();
     const N: usize = 1_500;
     const SHARE: usize = 100;
     let (port, tls, accepted) = tls_server(MIB).await;
     let uri: http::Uri = format!("https://localhost:{port}/").parse().unwrap();
-    let connector = Http2Connector::new(https(tls)).resets_per_connection(SHARE);
+    let connector = Http2Connector::new(https(tls)).resets_per_connection(SHARE).dial_patience(PATIENT);
     let (run, _) = drops(connector, uri, N).await;
     assert_eq!((run.sent, run.failed), (N, 0), "{run:?}");
     // Every connection but the last took at least SHARE resets (a body that
