@@ -958,3 +958,7 @@ fn flat_json(json: &str) -> Option<std::collections::BTreeMap<String, String>> {
         fields.insert(key, value);
     }
 }
+
+/// Faults for the dial tests: a proxy that stalls handshakes, a listener
+/// that closes unanswered, a scripted HTTP/2 server over any transport.
+pub mod faults;
