@@ -189,22 +189,29 @@
 //! a forgotten stream counted towards GOAWAY `too_many_internal_resets`,
 //! hyperium/h2#856.)
 //!
-//! **One dial at a time, one connection while the server bears it.**
-//! Over TLS with ALPN (hyper-rustls offering h2 and http/1.1, no
-//! `http2_only`: how most users run it), hyper-util's `Client` dials a TLS
-//! connection for every request that finds none, and throws all but one
-//! away after their handshakes: at the start, and after every connection
-//! lost. [`Http2Connector`] (feature `http2`), wrapped around the client's
-//! connector, dials an HTTP/2 origin once at a time; the other requests wait
-//! for that dial and get its connection from hyper-util's pool. It also
-//! counts the RST_STREAM frames each connection sends, and moves a
-//! connection on (no new request on it; hyper-util dials the next, once)
-//! only after a server punished resets: Node 20 never gives back the
-//! session memory it counted for bytes queued on a stream the client
-//! resets, and past 10 MB refuses new streams with ENHANCE_YOUR_CALM. From
-//! the first refusal on, that origin's connections each take half the
-//! resets the refused one had taken; servers that punish nothing (Go's
-//! net/http, nginx, hyper) keep one connection.
+//! **One dial at a time, never a hostage; one connection while the server
+//! bears it.** Over TLS with ALPN (hyper-rustls offering h2 and http/1.1,
+//! no `http2_only`: how most users run it), hyper-util's `Client` dials a
+//! TLS connection for every request that finds none, and throws all but
+//! one away after their handshakes: at the start, and after every
+//! connection lost. [`Http2Connector`] (feature `http2`), wrapped around
+//! the client's connector, dials an HTTP/2 origin once at a time; the other
+//! requests wait for that dial and get its connection from hyper-util's
+//! pool. A wait is bounded: past the origin's patience (twice its median
+//! handshake, 250 ms to 2 s; 1 s before any) each dials its own, as
+//! hyper-util alone would, so a handshake that never ends holds no one; a
+//! dial that fails fails its waiters at once, with what it said; a caller
+//! that gives up leaves nothing behind. The connector also counts the
+//! RST_STREAM frames each connection sends and reads what its server says
+//! of them, and moves a connection on (no new request on it; hyper-util
+//! dials the next, once) only after a server punished resets: Node 20
+//! never gives back the session memory it counted for bytes queued on a
+//! stream the client resets, and past 10 MB refuses new streams with
+//! ENHANCE_YOUR_CALM; nghttp2 and Apache send GOAWAY INTERNAL_ERROR past
+//! their limits. From then on, that origin's connections each take half
+//! the resets the punished one had sent; the lesson is tested now and then
+//! and forgotten when the test goes unpunished. Servers that punish nothing
+//! (Go's net/http, nginx, h2o, hyper) keep one connection.
 //!
 //! **What failed before it was processed goes again.** Node's nghttp2 takes
 //! 1,000 resets in a burst, then 33 a second, and sends GOAWAY
@@ -214,9 +221,12 @@
 //! one line above this layer, sends a request again on another connection
 //! (at once, then after a wait doubling from 25 ms, 6 times at most) when
 //! the server never processed it (above a GOAWAY's last stream id, refused
-//! with REFUSED_STREAM), or when it may have but its method is idempotent
-//! (GET, HEAD, OPTIONS, TRACE, PUT, DELETE: sent twice, it has the effect
-//! of once); never a POST that may have been processed. reqwest retries
+//! with REFUSED_STREAM, failed by hyper-util before a byte of it was
+//! written: a pool checkout handed a connection that had just closed, as
+//! servers recycling connections cause), or when it may have but its
+//! method is idempotent (GET, HEAD, OPTIONS, TRACE, PUT, DELETE: sent
+//! twice, it has the effect of once); never a POST that may have been
+//! processed. reqwest retries
 //! the unprocessed ones itself since 0.12.23.
 //!
 //! The three together are the README's HTTP/2 stack: [`RetryRefusedLayer`]
@@ -423,9 +433,11 @@
 //   runs in the drop, the cap, what an outcome teaches an origin); `headers`
 //   reads what the headers say; `sizing`: what a drain may spend (every
 //   budget rule and number); `runtime`: where a drain runs; `http2`:
-//   HTTP/2's rules (a drop is reset at once; which failures were never
-//   processed, and when they go again), asked by the policy and by `retry`,
-//   the tower layer that sends those again.
+//   HTTP/2's rules (a drop is reset at once; when a dial is waited for and
+//   how long; when a connection moves on and what a server teaches;
+//   `http2::retries`: which failures were never processed, and when they
+//   go again), asked by the policy, by `connector` (`Http2Connector`) and
+//   by `retry`, the tower layer that sends those again.
 // - `drain`: the one place that drains; `budget`: `DrainBudget` and the
 //   allowance a drain spends; `timer`: deadlines without a runtime timer.
 // - `stats`: the one place that counts; `event`: the DEBUG event;

@@ -4,8 +4,11 @@
 //! - **whatever its method**, when the server never processed it: a stream
 //!   above the last stream id of the server's GOAWAY (nginx's after
 //!   `keepalive_requests`, Node's when a client resets too fast, any server
-//!   shutting down), a stream reset with REFUSED_STREAM, a connection the
-//!   [`Http2Connector`](crate::Http2Connector) did not need;
+//!   shutting down), a stream reset with REFUSED_STREAM, a request
+//!   hyper-util failed before writing a byte of it (its pool handed it a
+//!   connection that closed at that instant, as a server recycling
+//!   connections causes; a connect it cancelled for another's HTTP/2
+//!   connection; a request hyper gave back unsent);
 //! - **only if its method is idempotent** (GET, HEAD, OPTIONS, TRACE, PUT,
 //!   DELETE: RFC 9110, 9.2.2, "the intended effect on the server of multiple
 //!   identical requests is the same as for a single request"), when the
@@ -16,12 +19,13 @@
 //!   reason hyper rebuilt without saying who sent it. A POST or PATCH that
 //!   may have been processed is never sent again.
 //!
-//! A failed connect is not retried. Which failures are which is the HTTP/2
-//! room's (`http2`), with the facts from h2 and hyper it rests on; this
-//! module is the tower plumbing. A stream refused with ENHANCE_YOUR_CALM
-//! also tells the [`Http2Connector`](crate::Http2Connector) that its server
-//! punishes resets: that connection takes no new request, and the origin
-//! learns how many resets a connection may take.
+//! A failed connect is not retried (a dial's error, told to every connect
+//! that waited for it, included). Which failures are which is the HTTP/2
+//! room's (`http2`), with the facts from h2, hyper and hyper-util it rests
+//! on; this module is the tower plumbing. A stream refused with
+//! ENHANCE_YOUR_CALM also moves its connection on (it takes no new
+//! request), as the [`Http2Connector`](crate::Http2Connector) does when it
+//! reads such a refusal.
 //!
 //! Go's client retries the unprocessed ones inside `RoundTrip`; hyper-util's
 //! `Client` and tonic retry none (hyperium/hyper#2500), reqwest does since
