@@ -4,7 +4,7 @@
 //!
 //! ```toml
 //! [dependencies]
-//! drain-on-drop = "0.8"
+//! drain-on-drop = "0.9"
 //! http = "1"
 //! http-body-util = "0.1"
 //! hyper = { version = "1", features = ["http1", "server"] }
