@@ -197,9 +197,11 @@
 //! connection lost. [`Http2Connector`] (feature `http2`), wrapped around
 //! the client's connector, dials an HTTP/2 origin once at a time; the other
 //! requests wait for that dial and get its connection from hyper-util's
-//! pool. A wait is bounded: past the origin's patience (twice its median
-//! handshake, 250 ms to 2 s; 1 s before any) each dials its own, as
-//! hyper-util alone would, so a handshake that never ends holds no one; a
+//! pool. A wait is bounded: a dial that outlasts the origin's patience
+//! (twice its median handshake, 250 ms to 2 s; 500 ms before any) is raced
+//! by a second attempt, and those waiting give that one a patience of its
+//! own, then each dials its own, as hyper-util alone would, so a handshake
+//! that never ends holds no one; a
 //! dial that fails fails its waiters at once, with what it said; a caller
 //! that gives up leaves nothing behind. The connector also counts the
 //! RST_STREAM frames each connection sends and reads what its server says

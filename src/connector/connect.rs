@@ -23,19 +23,26 @@ use crate::timer::Deadline;
 impl<C> ConnectFuture<C>
 where
     C: Service<Uri> + Clone,
+    C::Error: Into<BoxError>,
+    C::Future: Unpin,
 {
     /// A connect to `origin`'s `dst` through its gate, on `inner` (made
     /// ready): it dials, or waits for the dial on its way.
     pub(super) fn start(origin: Arc<DialOrigin>, inner: &mut C, dst: Uri) -> Self {
         let entry = origin.enter();
         tracing::trace!(target: "drain_on_drop::dial", entry = entry.name(), "connect");
-        let started = Instant::now();
         let state = match entry {
-            Entry::Free => {
-                Connecting::Dial { dial: inner.call(dst), hold: Hold { origin, dial: None }, started }
-            }
+            Entry::Free => Connecting::Dial {
+                attempts: Attempts::first(inner.call(dst), None),
+                hold: Hold { origin, dial: None },
+            },
             Entry::Dial(dial) => {
-                Connecting::Dial { dial: inner.call(dst), hold: Hold { origin, dial: Some(dial) }, started }
+                // A clone races a second attempt if this one outlasts the
+                // origin's patience.
+                let race =
+                    Race { at: Deadline::at(dial.race_at()), connector: inner.clone(), dst: dst.clone() };
+                let attempts = Attempts::first(inner.call(dst), Some(race));
+                Connecting::Dial { attempts, hold: Hold { origin, dial: Some(dial) } }
             }
             Entry::Wait(dial) => {
                 // The connector made ready goes with the request; a clone
@@ -65,9 +72,8 @@ pub struct ConnectFuture<C: Service<Uri>> {
 enum Connecting<C: Service<Uri>> {
     /// Dialing; `hold` tells those waiting for this dial how it went.
     Dial {
-        dial: C::Future,
+        attempts: Attempts<C>,
         hold: Hold,
-        started: Instant,
     },
     /// Waiting for another's dial, until `deadline` (the origin's patience,
     /// or, once that dial's connection is in use, `http2::SERVED_GRACE`).
@@ -85,6 +91,74 @@ enum Connecting<C: Service<Uri>> {
         hold: Hold,
     },
     Done,
+}
+
+/// A dial: its first attempt, and, for a dial others wait for, a second
+/// raced once the first outlasts the origin's patience, the first going on
+/// (RFC 8305 races attempts the same way): with hyper-util's `http2_only`,
+/// whose own lock holds every other request behind this one, the race is
+/// what keeps a handshake that never ends from holding them all.
+struct Attempts<C: Service<Uri>> {
+    first: Option<(C::Future, Instant)>,
+    second: Option<(C::Future, Instant)>,
+    race: Option<Race<C>>,
+    /// The first failure, while another attempt is on its way.
+    failed: Option<BoxError>,
+}
+
+/// When to race a second attempt, and what with.
+struct Race<C> {
+    at: Deadline,
+    connector: C,
+    dst: Uri,
+}
+
+impl<C> Attempts<C>
+where
+    C: Service<Uri>,
+    C::Error: Into<BoxError>,
+    C::Future: Unpin,
+{
+    fn first(dial: C::Future, race: Option<Race<C>>) -> Self {
+        Attempts { first: Some((dial, Instant::now())), second: None, race, failed: None }
+    }
+
+    /// The first connection either attempt made, and how long its attempt
+    /// took; or, once both failed (or the first, before a second began),
+    /// the first failure.
+    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Result<(C::Response, Duration), BoxError>> {
+        loop {
+            for attempt in [&mut self.first, &mut self.second] {
+                let Some((dial, started)) = attempt else { continue };
+                if let Poll::Ready(result) = Pin::new(dial).poll(cx) {
+                    let took = started.elapsed();
+                    *attempt = None;
+                    match result {
+                        Ok(io) => return Poll::Ready(Ok((io, took))),
+                        Err(e) => {
+                            self.failed.get_or_insert(e.into());
+                        }
+                    }
+                }
+            }
+            if self.first.is_none() && self.second.is_none() {
+                return Poll::Ready(Err(self.failed.take().expect("an attempt failed")));
+            }
+            let Some(race) = &mut self.race else { return Poll::Pending };
+            if self.second.is_some() || race.at.poll_elapsed(cx).is_pending() {
+                return Poll::Pending;
+            }
+            match race.connector.poll_ready(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Err(_)) => self.race = None,
+                Poll::Ready(Ok(())) => {
+                    tracing::trace!(target: "drain_on_drop::dial", "a dial outlasts its patience: a second attempt races it");
+                    self.second = Some((race.connector.call(race.dst.clone()), Instant::now()));
+                    self.race = None;
+                }
+            }
+        }
+    }
 }
 
 /// A connect's place among those waiting for a dial: given back when it
@@ -131,16 +205,15 @@ where
         let superseded = !owner.will_wake(cx.waker());
         loop {
             match &mut this.state {
-                Connecting::Dial { dial, .. } => {
-                    let result = ready!(Pin::new(dial).poll(cx));
-                    let Connecting::Dial { hold, started, .. } =
-                        std::mem::replace(&mut this.state, Connecting::Done)
+                Connecting::Dial { attempts, .. } => {
+                    let result = ready!(attempts.poll(cx));
+                    let Connecting::Dial { hold, .. } = std::mem::replace(&mut this.state, Connecting::Done)
                     else {
                         unreachable!("matched above")
                     };
                     return Poll::Ready(match result {
-                        Ok(io) => Ok(connected(io, hold, started.elapsed())),
-                        Err(e) => Err(dial_failed(e.into(), hold)),
+                        Ok((io, took)) => Ok(connected(io, hold, took)),
+                        Err(e) => Err(dial_failed(e, hold)),
                     });
                 }
                 Connecting::Wait { .. } | Connecting::Ready { .. } if superseded => {
@@ -213,11 +286,14 @@ where
                         return Poll::Ready(Err(dial_failed(e.into(), hold)));
                     }
                     let dial = connector.call(dst.clone());
-                    let Connecting::Ready { hold, .. } = std::mem::replace(&mut this.state, Connecting::Done)
+                    let Connecting::Ready { connector, dst, hold } =
+                        std::mem::replace(&mut this.state, Connecting::Done)
                     else {
                         unreachable!("matched above")
                     };
-                    this.state = Connecting::Dial { dial, hold, started: Instant::now() };
+                    let race =
+                        hold.dial.as_ref().map(|d| Race { at: Deadline::at(d.race_at()), connector, dst });
+                    this.state = Connecting::Dial { attempts: Attempts::first(dial, race), hold };
                 }
                 Connecting::Done => panic!("ConnectFuture polled after completion"),
             }

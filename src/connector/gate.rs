@@ -54,7 +54,10 @@ impl Phase {
 
 /// One dial others may wait for.
 pub(crate) struct Dial {
-    /// When those waiting stop waiting and dial their own.
+    /// When it races a second attempt (its origin's patience).
+    race_at: Instant,
+    /// When those waiting stop waiting and dial their own (twice the
+    /// patience: the raced attempt had one).
     expires: Instant,
     state: Mutex<DialState>,
 }
@@ -125,11 +128,14 @@ impl Waiters {
 }
 
 impl Dial {
-    fn new(expires: Instant) -> Arc<Dial> {
-        Arc::new(Dial {
-            expires,
-            state: Mutex::new(DialState { phase: Phase::Dialing, waiters: Waiters::default() }),
-        })
+    fn new(now: Instant, patience: Duration) -> Arc<Dial> {
+        let state = Mutex::new(DialState { phase: Phase::Dialing, waiters: Waiters::default() });
+        Arc::new(Dial { race_at: now + patience, expires: now + patience.saturating_mul(2), state })
+    }
+
+    /// When it races a second attempt.
+    pub(crate) fn race_at(&self) -> Instant {
+        self.race_at
     }
 
     fn lock(&self) -> MutexGuard<'_, DialState> {
@@ -271,7 +277,7 @@ impl DialOrigin {
         }
         let patience =
             self.fixed_patience.unwrap_or_else(|| http2::patience(gate.handshakes.make_contiguous()));
-        let dial = Dial::new(now + patience);
+        let dial = Dial::new(now, patience);
         gate.current = Some(dial.clone());
         Entry::Dial(dial)
     }
@@ -484,8 +490,13 @@ mod tests {
         assert!(!Arc::ptr_eq(&stuck, &next), "the next connect dials its own");
         let unknown = origin(true);
         let d = dial(unknown.enter());
-        let left = d.expires().saturating_duration_since(Instant::now());
-        assert!(left <= http2::PATIENCE_UNKNOWN, "{left:?}");
+        let race = d.race_at().saturating_duration_since(Instant::now());
+        let wait = d.expires().saturating_duration_since(Instant::now());
+        assert!(race <= http2::PATIENCE_UNKNOWN, "a second attempt after the patience: {race:?}");
+        assert!(
+            wait > http2::PATIENCE_UNKNOWN,
+            "waiters give the raced attempt a patience of its own: {wait:?}"
+        );
     }
 
     #[test]

@@ -41,9 +41,11 @@ pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 ///   `http2_only`: over ALPN, each request waiting for a connection dials
 ///   its own TLS connection, and all but one are thrown away after their
 ///   handshakes, at the start and after every connection lost. A connect
-///   waits at most the origin's patience ([`dial_patience`]: by default
-///   twice its median handshake, 250 ms to 2 s, 1 s before any), then
-///   dials its own, as hyper-util alone would have; a dial that fails
+///   outlasts the origin's patience ([`dial_patience`]: by default twice
+///   its median handshake, 250 ms to 2 s, 500 ms before any) is raced by a
+///   second attempt, and those waiting for it give that attempt a patience
+///   of its own, then each dials its own, as hyper-util alone would have;
+///   a dial that fails
 ///   fails those waiting for it at once, with what it said; a caller that
 ///   gives up leaves nothing behind. HTTP/1 origins are dialed as before,
 ///   one connection per request in flight.
@@ -131,16 +133,16 @@ impl<C> Http2Connector<C> {
         Http2Connector { inner: self.inner, origins: Arc::new(Origins::new(settings)) }
     }
 
-    /// Fixes how long a connect waits for another dial to its origin
-    /// already on its way before it dials its own, for every origin.
+    /// Fixes the patience of every origin: how long a dial goes before a
+    /// second attempt races it (the first going on), and, twice that, how
+    /// long a connect waits for another's dial before it dials its own.
     /// Default is learned per origin: twice the median of its last 8
     /// handshakes (the wrapped connector's call to its connection), at
     /// least 250 ms (RFC 8305's Connection Attempt Delay) and at most 2 s
-    /// (its bound); 1 s before any handshake to it ended (a TCP and TLS 1.2
-    /// handshake across the world). A handshake
+    /// (its bound); 500 ms before any handshake to it ended. A handshake
     /// that never ends (a balancer that accepts and never answers:
     /// `HttpConnector::set_connect_timeout` bounds TCP only, and
-    /// hyper-rustls bounds no handshake) costs the others this much;
+    /// hyper-rustls bounds no handshake) costs the others about this much;
     /// `Duration::ZERO` makes no connect wait (every request that finds no
     /// connection dials its own, as hyper-util alone does over ALPN).
     ///

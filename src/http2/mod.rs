@@ -33,10 +33,14 @@
 //! dial's connection from its pool. But one dial must not become every
 //! caller's fate (hyper-util alone rides through each of these):
 //! - a handshake that never ends (a balancer that accepts and never
-//!   answers; hyper-rustls bounds no handshake) holds the others at most
-//!   the origin's [`patience`]; then each dials its own, as hyper-util
-//!   alone would have from the start (RFC 8305's Happy Eyeballs starts
-//!   another attempt the same way, from measured round trips);
+//!   answers; hyper-rustls bounds no handshake) is raced, after the
+//!   origin's [`patience`], by a second attempt, the first going on (RFC
+//!   8305's Happy Eyeballs races attempts the same way, from measured round
+//!   trips): the first to connect serves everyone, and with `http2_only`,
+//!   whose own lock holds every other request behind this dial, the race
+//!   is what frees them; those waiting give the race a patience of its own,
+//!   then each dials its own, as hyper-util alone would have from the
+//!   start;
 //! - a dial that fails fails those waiting for it at once, with its error
 //!   ([`DialFailed`]): a failing origin fails each caller no later than
 //!   its own dial would have, never one after another;
@@ -137,7 +141,8 @@ pub(crate) fn gates(proto: Proto, https: bool) -> bool {
     }
 }
 
-/// How long a connect waits for another's dial to its origin before it
+/// How long a dial goes before a second attempt races it, and how long,
+/// twice that, a connect waits for another's dial to its origin before it
 /// dials its own, unless the user fixed it: twice the median of the
 /// origin's last handshakes (`handshakes`, the connector's call to its
 /// connection, most recent last), within [`PATIENCE_FLOOR`] and
@@ -156,12 +161,12 @@ pub(crate) fn patience(handshakes: &[Duration]) -> Duration {
     median.saturating_mul(2).clamp(PATIENCE_FLOOR, PATIENCE_CEILING)
 }
 
-/// [`patience`] before any handshake to the origin ended: a TCP and TLS 1.2
-/// handshake (3 round trips) with its name lookup across the world fits,
-/// and a handshake that never ends costs the others no more (RFC 8305's
-/// 250 ms is for one TCP attempt: one round trip).
+/// [`patience`] before any handshake to the origin ended: a TCP and TLS
+/// 1.3 handshake (2 round trips) with its name lookup fits across most of
+/// the world, and a handshake that never ends is raced after this (RFC
+/// 8305's 250 ms is for one TCP attempt: one round trip).
 #[cfg(feature = "http2")]
-pub(crate) const PATIENCE_UNKNOWN: Duration = Duration::from_secs(1);
+pub(crate) const PATIENCE_UNKNOWN: Duration = Duration::from_millis(500);
 /// The least [`patience`]: RFC 8305's default attempt delay. A handshake
 /// on loopback takes a millisecond, but tens on a loaded machine: waiting
 /// less would dial for nothing.
@@ -379,7 +384,7 @@ mod tests {
     #[test]
     fn patience_is_twice_the_median_handshake_within_rfc_8305s_bounds() {
         let ms = Duration::from_millis;
-        assert_eq!(patience(&[]), ms(1_000), "before any handshake");
+        assert_eq!(patience(&[]), ms(500), "before any handshake");
         assert_eq!(patience(&[ms(2), ms(3), ms(1)]), ms(250), "loopback: the floor");
         assert_eq!(
             patience(&[ms(200), ms(210), ms(5_000), ms(190)]),
