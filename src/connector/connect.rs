@@ -64,8 +64,9 @@ where
 #[must_use = "futures do nothing unless polled"]
 pub struct ConnectFuture<C: Service<Uri>> {
     state: Connecting<C>,
-    /// The task that first polled it: the one that wants the connection
-    /// (hyper-util finishes a connect it no longer needs on another).
+    /// The task that first polled it while it waited: the one that wants
+    /// the connection (hyper-util finishes a connect it no longer needs on
+    /// another).
     owner: Option<Waker>,
 }
 
@@ -199,10 +200,19 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
-        let owner = this.owner.get_or_insert_with(|| cx.waker().clone());
         // hyper-util finishes a connect whose request its pool served on
-        // another task: one that has not dialed yet stops here.
-        let superseded = !owner.will_wake(cx.waker());
+        // another task: one that has not dialed yet stops here. A dial
+        // goes on (its connection is pooled, as hyper-util alone's is),
+        // and keeps no waker of its caller's.
+        let superseded = match this.state {
+            Connecting::Wait { .. } | Connecting::Ready { .. } => {
+                !this.owner.get_or_insert_with(|| cx.waker().clone()).will_wake(cx.waker())
+            }
+            _ => {
+                this.owner = None;
+                false
+            }
+        };
         loop {
             match &mut this.state {
                 Connecting::Dial { attempts, .. } => {
