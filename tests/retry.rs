@@ -3,9 +3,15 @@
 //! method is idempotent (never a POST). The server speaks the frames itself
 //! (`support::h2::RawH2`), so each refusal is exact, and counts every
 //! request and connection that reached it. Each case has its control:
-//! hyper-util's client alone fails the same request. The last four tests
-//! catch a request where hyper parks it, waiting for a stream slot on a
-//! server that allows one, when a GOAWAY comes.
+//! hyper-util's client alone fails the same request. Four tests catch a
+//! request where hyper parks it, waiting for a stream slot on a server that
+//! allows one, when a GOAWAY comes. The last four provoke each failure
+//! hyper-util makes before writing a byte of a request (a checkout handed a
+//! closed connection, a connect that lost the ALPN lock after its checkout
+//! failed, a checkout left waiting when another caller gave up its dial, a
+//! request hyper gave back unsent), pin the exact error hyper-util returns
+//! (what `RetryRefused` reads: CI runs them on the newest hyper-util too),
+//! and send a POST through the stack there: answered, processed once.
 
 mod support;
 
@@ -613,4 +619,469 @@ async fn a_post_refused_by_an_error_goaway_while_it_waited_for_a_stream_is_not_s
         1,
         "the control: the server processed B once, never again: {parked:?}"
     );
+}
+
+// hyper-util's own failures before a byte of the request was written.
+// `RetryRefused` sends them again whatever the method, reading them from
+// hyper-util's `Display` (`never_written`, src/http2/retries.rs): hyper-util
+// names neither its error's kind nor its pool's errors in its API. Each test
+// below provokes one on real sockets, in an order the test fixes through
+// `support::alpn` (no sleep decides it), first with hyper-util's client
+// alone, asserting the error exactly as the classifier reads it (CI runs
+// these on the newest hyper-util too: one that words them otherwise fails
+// here), then through the README's stack (`RetryRefused` above
+// `DrainOnDrop`, over a `Client` with the `Http2Connector`), where B, a
+// POST, goes again, is answered, and reaches the server exactly once.
+//
+// Over ALPN (no `http2_only`), hyper-util takes its HTTP/2 lock for an
+// origin only once a dial's connection says h2; the dial of a request
+// that finds the lock taken is cancelled ("ALPN upgraded to HTTP/2"), and
+// the request is left to its pool checkout, which the lock's connection
+// serves once it is pooled. The connector's connections say h2 over plain
+// TCP to the scripted h2c server (`RawH2`), and the origin is `http://`:
+// the `Http2Connector` gates no dial to an `http://` origin before one of
+// its connections spoke HTTP/2, so every request dials its own, as with
+// hyper-util alone. (Over `https://`, before its first connection spoke,
+// the gate makes B wait for A's dial, and none of these arises in this
+// order.)
+
+use support::alpn::{AlpnConnector, AlpnDial, HoldingExecutor, Signal};
+
+/// The body of B, the POST each of the tests below follows: the server
+/// counts the requests that carried it.
+const B_BODY: &[u8] = b"B: a POST to be processed once";
+
+type ClientError = hyper_util::client::legacy::Error;
+
+/// What a caller got: the status, or hyper-util's error.
+type Got = Result<StatusCode, ClientError>;
+
+fn get_empty(uri: http::Uri) -> Request<Full<Bytes>> {
+    Request::get(uri).body(Full::new(Bytes::new())).unwrap()
+}
+
+fn post_b(uri: http::Uri) -> Request<Full<Bytes>> {
+    Request::post(uri).body(Full::new(Bytes::from_static(B_BODY))).unwrap()
+}
+
+/// Times B reached `server` whole (the requests that carried its body).
+fn b_processed(server: &RawH2) -> usize {
+    server.counts.bodies.lock().unwrap().iter().filter(|b| b.as_slice() == B_BODY).count()
+}
+
+/// A task hyper-util's `Client` hands its executor.
+type Task = std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// hyper-util's client alone (no `http2_only`) over `connector`, its tasks
+/// run by `exec`.
+fn alpn_client<E>(connector: AlpnConnector, exec: E) -> Client<AlpnConnector, Full<Bytes>>
+where
+    E: hyper::rt::Executor<Task> + Send + Sync + Clone + 'static,
+{
+    Client::builder(exec).build(connector)
+}
+
+/// What an error of hyper-util's says, and what its source says.
+type Said = (String, Option<String>);
+
+fn said(e: &ClientError) -> Said {
+    (e.to_string(), std::error::Error::source(e).map(|s| s.to_string()))
+}
+
+/// What every failure that reached the retry said, in order.
+type SeenSaid = std::sync::Arc<std::sync::Mutex<Vec<Said>>>;
+
+/// The README's HTTP/2 stack over `connector`: the retry above the drain,
+/// over hyper-util's client with the `Http2Connector`, its tasks run by
+/// `exec`; every failure that reaches the retry written down in `seen` on
+/// its way up (unchanged).
+fn alpn_stack<E>(
+    connector: AlpnConnector,
+    exec: E,
+    seen: SeenSaid,
+) -> impl Service<
+    Request<Full<Bytes>>,
+    Response = Response<drain_on_drop::DrainBody<hyper::body::Incoming>>,
+    Error = ClientError,
+    Future: Send,
+> + Clone
++ Send
++ 'static
+where
+    E: hyper::rt::Executor<Task> + Send + Sync + Clone + 'static,
+{
+    let client = Client::builder(exec).build(drain_on_drop::Http2Connector::new(connector));
+    ServiceBuilder::new()
+        .layer(RetryRefusedLayer::new())
+        .map_err(move |e: ClientError| {
+            seen.lock().unwrap().push(said(&e));
+            e
+        })
+        .layer(DrainOnDropLayer::new())
+        .service(client)
+}
+
+/// Sends `req` through `svc` on a task of its own (a caller of its own):
+/// its status, or hyper-util's error.
+fn spawn_send<S, B>(mut svc: S, req: Request<Full<Bytes>>) -> tokio::task::JoinHandle<Got>
+where
+    S: Service<Request<Full<Bytes>>, Response = Response<B>, Error = ClientError> + Send + 'static,
+    S::Future: Send,
+    B: 'static,
+{
+    tokio::spawn(async move {
+        let res = svc.ready().await?.call(req).await?;
+        Ok(res.status())
+    })
+}
+
+/// What `task`'s caller got, waited for at most twice [`SLACK`].
+async fn joined<T>(what: &str, task: tokio::task::JoinHandle<T>) -> T {
+    let deadline = 2 * SLACK;
+    match tokio::time::timeout(deadline, task).await {
+        Ok(Ok(got)) => got,
+        Ok(Err(e)) => panic!("{what}: its task ended without a result: {e}"),
+        Err(_) => panic!("{what}: no result after {deadline:?}"),
+    }
+}
+
+/// Asserts that `got` is the failure of one of hyper-util's pool errors as
+/// `never_written` reads it: `client error (Connect)`, carrying no
+/// connection's info, whose direct source (the pool's error) says `said`
+/// and has no source of its own.
+#[track_caller]
+fn assert_pool_error(what: &str, got: &Got, said: &str) {
+    let e = match got {
+        Err(e) => e,
+        Ok(status) => panic!("{what}: hyper-util's pool error {said:?} expected, the caller got {status}"),
+    };
+    assert_eq!(e.to_string(), "client error (Connect)", "{what}: a Connect error: {e:?}");
+    assert!(e.is_connect() && e.connect_info().is_none(), "{what}: no connection's info: {e:?}");
+    let pool =
+        std::error::Error::source(e).unwrap_or_else(|| panic!("{what}: the pool's error as source: {e:?}"));
+    assert_eq!(pool.to_string(), said, "{what}: the pool's error, as `never_written` reads it: {e:?}");
+    assert!(pool.source().is_none(), "{what}: the pool's error has no source of its own: {e:?}");
+}
+
+/// What hyper-util's pool error saying `pool` says, as [`said`] reads it.
+fn said_pool(pool: &str) -> Said {
+    ("client error (Connect)".to_string(), Some(pool.to_string()))
+}
+
+/// Asserts that `got` is hyper-util's `Canceled` as `never_written` reads
+/// it (`client error (Canceled)`); returns the error.
+#[track_caller]
+fn assert_canceled<'a>(what: &str, got: &'a Got) -> &'a ClientError {
+    let e = match got {
+        Err(e) => e,
+        Ok(status) => panic!("{what}: hyper-util's Canceled expected, the caller got {status}"),
+    };
+    assert_eq!(e.to_string(), "client error (Canceled)", "{what}: as `never_written` reads it: {e:?}");
+    e
+}
+
+/// The dials of [`closed_checkout`]: A's (dial 0) poisoned, its first
+/// write (under hyper-util's HTTP/2 lock) held until hyper-util dropped
+/// B's connection; B's (dial 1) returned once A's connection holds the
+/// lock.
+fn closed_checkout_dials() -> Vec<AlpnDial> {
+    let b = AlpnDial::default();
+    let a = AlpnDial { poisoned: true, writes_after: Some(b.dropped.clone()), ..AlpnDial::default() };
+    let b = AlpnDial { returns_after: Some(a.first_write.clone()), ..b };
+    vec![a, b]
+}
+
+/// A (`GET /a`) dials and takes hyper-util's HTTP/2 lock; B (`POST /b`)
+/// waits in the pool (its checkout) and dials; B's dial returns while A
+/// holds the lock, and hyper-util cancels it ("ALPN upgraded to HTTP/2"),
+/// leaving B to its checkout. A's connection is pooled, and handed to
+/// every checkout waiting (A's and B's); it is poisoned, so B's checkout
+/// fails: "checked out connection was closed". The callers' results, A's
+/// and B's.
+async fn closed_checkout<S, B>(svc: S, dials: &AlpnConnector, server: &RawH2) -> (Got, Got)
+where
+    S: Service<Request<Full<Bytes>>, Response = Response<B>, Error = ClientError> + Clone + Send + 'static,
+    S::Future: Send,
+    B: 'static,
+{
+    let a = spawn_send(svc.clone(), get_empty(server.uri("/a")));
+    wait_for("A's dial", SLACK, || dials.dial(0).called.is_set()).await;
+    let b = spawn_send(svc, post_b(server.uri("/b")));
+    wait_for("A's connection under hyper-util's HTTP/2 lock", SLACK, || dials.dial(0).first_write.is_set())
+        .await;
+    wait_for("B's dial cancelled by hyper-util (A holds its HTTP/2 lock)", SLACK, || {
+        dials.dial(1).dropped.is_set()
+    })
+    .await;
+    (joined("A", a).await, joined("B", b).await)
+}
+
+/// A request whose pool checkout was handed a connection that closed at
+/// that instant (hyper-util's `CheckedOutClosedValue`: "checked out
+/// connection was closed") goes again whatever its method. hyper-util
+/// alone fails it as `client error (Connect)` whose source is the pool's
+/// error (it sends such a request again itself only with `http2_only`),
+/// and the server never saw it. With the stack, B (a POST) goes again on
+/// a new connection, is answered, and the server processed it once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_post_whose_checkout_was_handed_a_closed_connection_goes_again_and_is_processed_once() {
+    let seen = SeenSaid::default();
+    for retry in [false, true] {
+        let server = RawH2::start(|_| Act::Answer).await;
+        let dials = AlpnConnector::new(server.addr, closed_checkout_dials());
+        let (a, b) = if retry {
+            closed_checkout(alpn_stack(dials.clone(), TokioExecutor::new(), seen.clone()), &dials, &server)
+                .await
+        } else {
+            closed_checkout(alpn_client(dials.clone(), TokioExecutor::new()), &dials, &server).await
+        };
+        let with = if retry { "the stack" } else { "the control (hyper-util alone)" };
+        assert_eq!(a.as_ref().ok(), Some(&StatusCode::OK), "{with}: A is answered on its connection: {a:?}");
+        if retry {
+            assert_eq!(b.as_ref().ok(), Some(&StatusCode::OK), "{with}: B goes again and is answered: {b:?}");
+            assert_eq!(b_processed(&server), 1, "{with}: the server processed B once");
+            assert!(dials.calls() >= 3, "{with}: B's second try dialed a connection of its own");
+            assert_eq!(
+                *seen.lock().unwrap(),
+                [said_pool("checked out connection was closed")],
+                "{with}: the retry saw B's first try fail so, and nothing else"
+            );
+        } else {
+            assert_pool_error(
+                "the control: hyper-util alone fails B",
+                &b,
+                "checked out connection was closed",
+            );
+            assert_eq!(b_processed(&server), 0, "{with}: B was never written");
+        }
+    }
+}
+
+/// The dials of [`lost_lock`]: A's (dial 0) poisoned, its first write held
+/// until B dialed (B waits in the pool by then); B's (dial 1) returned once
+/// C's connection holds hyper-util's HTTP/2 lock; C's (dial 2) first write
+/// held until hyper-util dropped B's connection.
+fn lost_lock_dials() -> Vec<AlpnDial> {
+    let (b, c) = (AlpnDial::default(), AlpnDial::default());
+    let a = AlpnDial { poisoned: true, writes_after: Some(b.called.clone()), ..AlpnDial::default() };
+    let b = AlpnDial { returns_after: Some(c.first_write.clone()), ..b };
+    let c = AlpnDial { writes_after: Some(b.dropped.clone()), ..c };
+    vec![a, b, c]
+}
+
+/// A (`GET /a`) dials and takes hyper-util's HTTP/2 lock; B (`POST /b`)
+/// waits in the pool and dials; A's connection, poisoned, is pooled and
+/// handed to B's checkout, which fails ("checked out connection was
+/// closed") while B's dial is still on its way, so B waits for its dial
+/// alone. C (`GET /c`) then dials (the pool drops A's closed connection)
+/// and takes the lock, and B's dial returns while C holds it: hyper-util
+/// cancels it, and B has nothing left to wait for: `client error
+/// (Canceled)`. The callers' results, A's, B's and C's.
+async fn lost_lock<S, B>(svc: S, dials: &AlpnConnector, server: &RawH2) -> (Got, Got, Got)
+where
+    S: Service<Request<Full<Bytes>>, Response = Response<B>, Error = ClientError> + Clone + Send + 'static,
+    S::Future: Send,
+    B: 'static,
+{
+    let a = spawn_send(svc.clone(), get_empty(server.uri("/a")));
+    wait_for("A's dial", SLACK, || dials.dial(0).called.is_set()).await;
+    let b = spawn_send(svc.clone(), post_b(server.uri("/b")));
+    // A's request at the server: its connection was pooled before it went,
+    // and handed to B's checkout, which found it closed.
+    wait_for("A at the server", SLACK, || server.requests() >= 1).await;
+    let c = spawn_send(svc, get_empty(server.uri("/c")));
+    wait_for("C's connection under hyper-util's HTTP/2 lock", SLACK, || dials.dial(2).first_write.is_set())
+        .await;
+    wait_for("B's dial cancelled by hyper-util (C holds its HTTP/2 lock)", SLACK, || {
+        dials.dial(1).dropped.is_set()
+    })
+    .await;
+    (joined("A", a).await, joined("B", b).await, joined("C", c).await)
+}
+
+/// A request whose connect hyper-util cancelled because another connection
+/// to its origin took its HTTP/2 lock ("ALPN upgraded to HTTP/2"), after
+/// its pool checkout had already failed, goes again whatever its method.
+/// hyper-util alone fails it as `client error (Canceled)` (its source
+/// saying "ALPN upgraded to HTTP/2"), and the server never saw it. With the
+/// stack, B (a POST) goes again, is answered (on C's connection, or one of
+/// its own), and the server processed it once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_post_whose_connect_lost_the_alpn_lock_after_its_checkout_failed_goes_again_and_is_processed_once()
+{
+    let seen = SeenSaid::default();
+    for retry in [false, true] {
+        let server = RawH2::start(|_| Act::Answer).await;
+        let dials = AlpnConnector::new(server.addr, lost_lock_dials());
+        let (a, b, c) = if retry {
+            lost_lock(alpn_stack(dials.clone(), TokioExecutor::new(), seen.clone()), &dials, &server).await
+        } else {
+            lost_lock(alpn_client(dials.clone(), TokioExecutor::new()), &dials, &server).await
+        };
+        let with = if retry { "the stack" } else { "the control (hyper-util alone)" };
+        assert_eq!(a.as_ref().ok(), Some(&StatusCode::OK), "{with}: A is answered on its connection: {a:?}");
+        assert_eq!(c.as_ref().ok(), Some(&StatusCode::OK), "{with}: C is answered on its connection: {c:?}");
+        if retry {
+            assert_eq!(b.as_ref().ok(), Some(&StatusCode::OK), "{with}: B goes again and is answered: {b:?}");
+            assert_eq!(b_processed(&server), 1, "{with}: the server processed B once");
+            let alpn = ("client error (Canceled)".to_string(), Some("ALPN upgraded to HTTP/2".to_string()));
+            assert_eq!(
+                *seen.lock().unwrap(),
+                [alpn],
+                "{with}: the retry saw B's first try fail so, and nothing else"
+            );
+        } else {
+            let e = assert_canceled("the control: hyper-util alone fails B", &b);
+            assert!(
+                !e.is_connect() && e.connect_info().is_none(),
+                "the control: B's connect was cancelled before it had a connection: {e:?}"
+            );
+            // The mechanism (the classifier reads only the Display above).
+            let source = std::error::Error::source(e).map(|s| s.to_string());
+            assert_eq!(
+                source.as_deref(),
+                Some("ALPN upgraded to HTTP/2"),
+                "the control: hyper-util cancelled B's connect for C's HTTP/2 lock: {e:?}"
+            );
+            assert_eq!(b_processed(&server), 0, "{with}: B was never written");
+        }
+    }
+}
+
+/// The dials of [`given_up`]: A's (dial 0) first write (under hyper-util's
+/// HTTP/2 lock) held for good; B's (dial 1) returned once A's connection
+/// holds the lock.
+fn given_up_dials() -> Vec<AlpnDial> {
+    let a = AlpnDial { writes_after: Some(Signal::default()), ..AlpnDial::default() };
+    let b = AlpnDial { returns_after: Some(a.first_write.clone()), ..AlpnDial::default() };
+    vec![a, b]
+}
+
+/// A (`GET /a`) dials and takes hyper-util's HTTP/2 lock, its handshake
+/// held; B (`POST /b`) waits in the pool and dials; B's dial returns while
+/// A holds the lock, and hyper-util cancels it, leaving B to its checkout.
+/// Then A's caller gives up (its task aborted, as a timeout would): its
+/// request's future is dropped, and with it the lock, before any connection
+/// was pooled; hyper-util drops every checkout waiting for the origin, and
+/// B's fails: "request was canceled". B's caller's result.
+async fn given_up<S, B>(svc: S, dials: &AlpnConnector, server: &RawH2) -> Got
+where
+    S: Service<Request<Full<Bytes>>, Response = Response<B>, Error = ClientError> + Clone + Send + 'static,
+    S::Future: Send,
+    B: 'static,
+{
+    let a = spawn_send(svc.clone(), get_empty(server.uri("/a")));
+    wait_for("A's dial", SLACK, || dials.dial(0).called.is_set()).await;
+    let b = spawn_send(svc, post_b(server.uri("/b")));
+    wait_for("A's connection under hyper-util's HTTP/2 lock", SLACK, || dials.dial(0).first_write.is_set())
+        .await;
+    wait_for("B's dial cancelled by hyper-util (A holds its HTTP/2 lock)", SLACK, || {
+        dials.dial(1).dropped.is_set()
+    })
+    .await;
+    a.abort();
+    let a = tokio::time::timeout(SLACK, a).await.expect("A's task ends once aborted");
+    assert!(a.is_err_and(|e| e.is_cancelled()), "A's caller gave up before A was answered");
+    wait_for("A's connection dropped with its request", SLACK, || dials.dial(0).dropped.is_set()).await;
+    joined("B", b).await
+}
+
+/// A request left waiting in hyper-util's pool for a connection whose dial
+/// went away unpooled (its caller gave up holding hyper-util's HTTP/2
+/// lock: hyper-util's `CheckoutNoLongerWanted`, "request was canceled")
+/// goes again whatever its method. hyper-util alone fails it as `client
+/// error (Connect)` whose source is the pool's error, and the server never
+/// saw it. With the stack, B (a POST) goes again on a connection of its
+/// own, is answered, and the server processed it once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_post_left_waiting_when_another_caller_gave_up_its_dial_goes_again_and_is_processed_once() {
+    let seen = SeenSaid::default();
+    for retry in [false, true] {
+        let server = RawH2::start(|_| Act::Answer).await;
+        let dials = AlpnConnector::new(server.addr, given_up_dials());
+        let b = if retry {
+            given_up(alpn_stack(dials.clone(), TokioExecutor::new(), seen.clone()), &dials, &server).await
+        } else {
+            given_up(alpn_client(dials.clone(), TokioExecutor::new()), &dials, &server).await
+        };
+        let with = if retry { "the stack" } else { "the control (hyper-util alone)" };
+        if retry {
+            assert_eq!(b.as_ref().ok(), Some(&StatusCode::OK), "{with}: B goes again and is answered: {b:?}");
+            assert_eq!(b_processed(&server), 1, "{with}: the server processed B once");
+            assert_eq!(server.requests(), 1, "{with}: and nothing else (A never went)");
+            assert_eq!(
+                *seen.lock().unwrap(),
+                [said_pool("request was canceled")],
+                "{with}: the retry saw B's first try fail so, and nothing else"
+            );
+        } else {
+            assert_pool_error("the control: hyper-util alone fails B", &b, "request was canceled");
+            assert_eq!(server.requests(), 0, "{with}: neither A nor B was written");
+        }
+    }
+}
+
+/// B (`POST /b`) dials a fresh connection while `exec` holds every task it
+/// is given: the connection's (hyper's driver, hyper-util's dispatch task)
+/// never run. hyper-util hands B the connection (its capture set: past the
+/// connection's readiness check), and the test drops the held tasks: hyper
+/// gives B back unsent ("connection closed", or "connection was not ready"
+/// if the dispatch task was gone before B was queued), and hyper-util, the
+/// connection fresh, fails it. B's caller's result.
+async fn given_back<S, B>(svc: S, exec: &HoldingExecutor, server: &RawH2) -> Got
+where
+    S: Service<Request<Full<Bytes>>, Response = Response<B>, Error = ClientError> + Send + 'static,
+    S::Future: Send,
+    B: 'static,
+{
+    let mut req = post_b(server.uri("/b"));
+    let captured = hyper_util::client::legacy::connect::capture_connection(&mut req);
+    exec.hold();
+    let b = spawn_send(svc, req);
+    wait_for("B handed its connection (captured)", SLACK, || captured.connection_metadata().is_some()).await;
+    let held = exec.drop_held();
+    assert!(held > 0, "the connection's tasks were held, never run");
+    joined("B", b).await
+}
+
+/// A request hyper gave back unsent on a fresh connection (its dispatch
+/// task gone before it took the request: hyper's `TrySendError` with the
+/// message) goes again whatever its method. hyper-util alone fails it as
+/// `client error (Canceled)` (it sends such a request again itself only on
+/// a reused connection), hyper's `is_canceled` its source, and the server
+/// never saw it. With the stack, B (a POST) goes again on a new connection,
+/// is answered, and the server processed it once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_post_hyper_gave_back_unsent_on_a_fresh_connection_goes_again_and_is_processed_once() {
+    let seen = SeenSaid::default();
+    for retry in [false, true] {
+        let server = RawH2::start(|_| Act::Answer).await;
+        let dials = AlpnConnector::new(server.addr, Vec::new());
+        let exec = HoldingExecutor::default();
+        let b = if retry {
+            given_back(alpn_stack(dials.clone(), exec.clone(), seen.clone()), &exec, &server).await
+        } else {
+            given_back(alpn_client(dials.clone(), exec.clone()), &exec, &server).await
+        };
+        let with = if retry { "the stack" } else { "the control (hyper-util alone)" };
+        if retry {
+            assert_eq!(b.as_ref().ok(), Some(&StatusCode::OK), "{with}: B goes again and is answered: {b:?}");
+            assert_eq!(b_processed(&server), 1, "{with}: the server processed B once");
+            assert_eq!(dials.calls(), 2, "{with}: B's second try went on a new connection");
+            let seen = seen.lock().unwrap();
+            assert!(
+                seen.len() == 1 && seen[0].0 == "client error (Canceled)",
+                "{with}: the retry saw B's first try fail so, and nothing else: {seen:?}"
+            );
+        } else {
+            let e = assert_canceled("the control: hyper-util alone fails B", &b);
+            assert!(e.connect_info().is_some(), "the control: B failed on its connection: {e:?}");
+            let hyper = std::error::Error::source(e).and_then(|s| s.downcast_ref::<hyper::Error>());
+            assert!(
+                hyper.is_some_and(hyper::Error::is_canceled),
+                "the control: hyper gave B back, canceled: {e:?}"
+            );
+            assert_eq!(b_processed(&server), 0, "{with}: B was never written");
+        }
+    }
 }

@@ -962,3 +962,8 @@ fn flat_json(json: &str) -> Option<std::collections::BTreeMap<String, String>> {
 /// Faults for the dial tests: a proxy that stalls handshakes, a listener
 /// that closes unanswered, a scripted HTTP/2 server over any transport.
 pub mod faults;
+
+/// A connector whose connections say ALPN chose h2 over plain TCP, its
+/// dials scripted and ordered by the test; an executor that holds a
+/// connection's tasks unrun.
+pub mod alpn;
