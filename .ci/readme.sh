@@ -15,7 +15,12 @@
 #   the recipe's it links to (src/recipes.md, run as doctests of `stacks`);
 # - every Rust block compiles as shown or is an excerpt whose section links
 #   to a compiled page on docs.rs;
-# - "Working on it" says what `cargo test` builds and how long it takes.
+# - "Working on it" says what `cargo test` builds and how long it takes;
+# - its `cargo doc` command shows every road, as docs.rs does (every feature
+#   of Cargo.toml's [package.metadata.docs.rs], or --all-features), and the
+#   dependency lines it, the guide and the recipes give for the other roads
+#   (reqwest-middleware, tonic) and for this crate name the versions the
+#   repository builds and tests (issue 49).
 #
 # `bash .ci/readme.sh publish [cargo args]` runs the README's publish
 # command with `--dry-run` and the arguments given (it must publish from the
@@ -137,3 +142,40 @@ working=$(block "Working on it" sh)
 grep -Eq '^cargo test +# .*[0-9]+ crates.*[0-9]+ min' <<<"$working" ||
     fail "'Working on it' should say how many crates \`cargo test\` builds and how long it takes"
 echo "readme: says what cargo test builds"
+
+# `cargo doc` as the README types it shows every road: with every feature
+# docs.rs builds (without `http2` the HTTP/2 pages are missing).
+doc_command=$(grep -o 'cargo doc [^#`]*' README.md | head -1 | sed 's/ *$//')
+[ -n "$doc_command" ] || fail "no \`cargo doc\` command in the README"
+docs_rs=$(awk '/^\[package.metadata.docs.rs\]/ { on = 1; next } /^\[/ { on = 0 } on && /^features/' Cargo.toml |
+    grep -o '"[^"]*"' | tr -d '"')
+[ -n "$docs_rs" ] || fail "no features in Cargo.toml's [package.metadata.docs.rs]"
+if ! grep -q -- '--all-features' <<<"$doc_command"; then
+    for feature in $docs_rs; do
+        grep -q -- "$feature" <<<"$doc_command" || fail "the README's '$doc_command' lacks feature $feature, which docs.rs builds"
+    done
+fi
+echo "readme: '$doc_command' documents every road docs.rs shows ($(echo $docs_rs))"
+
+# Dependency lines: this crate's at its version (major.minor), reqwest's and
+# reqwest-middleware's at those the crate's features build against, tonic's
+# at the one the repository tests. Written as a reader copies them.
+current_minor=$(sed -n 's/^version = "\([0-9]*\.[0-9]*\)\..*"$/\1/p' Cargo.toml | head -1)
+requirement() { # $1 manifest, $2 crate: its version requirement, major.minor
+    sed -n "s/^$2 = .*version = \"\([0-9]*\.[0-9]*\).*/\1/p; s/^$2 = \"\([0-9]*\.[0-9]*\).*/\1/p" "$1" | head -1
+}
+docs=(README.md docs/GUIDE.md src/recipes.md)
+bad=$(grep -n 'drain-on-drop = \({ version = \)\{0,1\}"' "${docs[@]}" src/lib.rs |
+    grep -v "drain-on-drop = \({ version = \)\{0,1\}\"$current_minor\"" || true)
+[ -z "$bad" ] || fail "a drain-on-drop dependency line not at $current_minor:
+$bad"
+for pair in "Cargo.toml reqwest-middleware" "Cargo.toml reqwest" "stacks/Cargo.toml tonic"; do
+    read -r manifest crate <<<"$pair"
+    want=$(requirement "$manifest" "$crate")
+    [ -n "$want" ] || fail "no $crate in $manifest"
+    grep -q "\`$crate = \"$want\"\`" README.md || fail "the README's road table lacks \`$crate = \"$want\"\` ($manifest)"
+    bad=$(grep -n "^ *$crate = \"" "${docs[@]}" | grep -v "^[^:]*:[0-9]*: *$crate = \"$want\"$" || true)
+    [ -z "$bad" ] || fail "a $crate dependency line not at $want ($manifest):
+$bad"
+done
+echo "readme: dependency lines at drain-on-drop $current_minor and the versions the repository builds (reqwest-middleware, reqwest, tonic)"

@@ -59,8 +59,26 @@ impl DrainOnDropLayer {
     /// not work here: the layer changes the response body type (to
     /// [`DrainBody`](crate::DrainBody)), so the two arms of tower's `Either` return different
     /// responses and rustc reports E0599 ("the method `ready` exists … but
-    /// its trait bounds were not satisfied") at the first call. Keep the
-    /// layer and switch it:
+    /// its trait bounds were not satisfied") at the first call:
+    ///
+    /// ```compile_fail,E0599
+    /// # use drain_on_drop::DrainOnDropLayer;
+    /// # use http_body_util::Empty;
+    /// # use hyper::body::Bytes;
+    /// # use hyper_util::client::legacy::Client;
+    /// # use hyper_util::rt::TokioExecutor;
+    /// # use tower::{Service, ServiceBuilder, ServiceExt};
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    /// let layer = std::env::var_os("DRAIN").map(|_| DrainOnDropLayer::new());
+    /// let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
+    /// let mut svc = ServiceBuilder::new().option_layer(layer).service(client);
+    /// let req = http::Request::get("http://example.com/").body(Empty::new())?;
+    /// let res = svc.ready().await?.call(req).await?; // E0599: two response body types
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// Keep the layer and switch it:
     ///
     /// ```
     /// use drain_on_drop::DrainOnDropLayer;
@@ -133,12 +151,16 @@ impl DrainOnDropLayer {
     }
 
     /// The most drains running at once in the background, across every
-    /// service built from this layer. A body that has to wait for the
-    /// server while that many drains run is not drained (counted as skipped,
-    /// `saturated`, or as `cannot_wait` when the drop had already read part
-    /// of it), so a flood of early drops cannot grow background work without
-    /// bound. A hyper body that ends in the drop itself runs no task and
-    /// takes no place, so the cap never refuses it; but hyper hands an
+    /// service built from this layer. Once the layer has seen more than one
+    /// origin, one origin may hold at most three quarters of them (the cap
+    /// less a quarter of it rounded down: 768 of the default 1024), so that
+    /// one origin's drops, a stalling server's say, always leave room for the
+    /// others. A body that has to wait for the server while that many drains
+    /// run, or while its origin holds its share, is not drained (counted as
+    /// skipped, `saturated`, or as `cannot_wait` when the drop had already
+    /// read part of it), so a flood of early drops cannot grow background
+    /// work without bound. A hyper body that ends in the drop itself runs no
+    /// task and takes no place, so the cap never refuses it; but hyper hands an
     /// HTTP/1 body over one decoded chunk at a time, so that is a body whose
     /// rest fits the chunk hyper has handed over (a small body, the tail of
     /// a longer one), not every body that has arrived: a 64 KiB body sent

@@ -1,6 +1,6 @@
 //! Drain response bodies that callers drop early, so hyper-util's pool keeps
-//! the HTTP/1 connection; on HTTP/2, reset them at once and send again what
-//! the server refused unprocessed, as Go's client does.
+//! the HTTP/1 connection; on HTTP/2, drop them at once, unread, and send
+//! again what the server refused unprocessed, as Go's client does.
 //!
 //! ```toml
 //! [dependencies]
@@ -51,15 +51,16 @@
 //! buffered and otherwise closes the connection: the next request pays a new
 //! TCP and TLS handshake, and, far from the server, TCP slow start again.
 //! 100 sequential requests to a local server with 64 KiB bodies dropped
-//! unread open 100 connections with hyper-util alone, 2 with this layer; 30
-//! requests to an origin 100 ms away with 64 KiB bodies take 12.42 s on 30
+//! unread open 100 connections with hyper-util alone, 2 to 3 with this
+//! layer; 30 requests to an origin 100 ms away with 64 KiB bodies take 12.42 s on 30
 //! connections alone and 3.67 s on 2 with it (a simulated link with TCP slow
 //! start; reading every body: 3.84 s). Go's net/http drains such bodies since 1.27 (256 KiB, 50 ms);
 //! .NET has `MaxResponseDrainSize` and `ResponseDrainTimeout`.
 //!
 //! **On HTTP/2** a dropped body costs only its stream, which hyper's h2
-//! resets at once; the layer counts it and reads nothing, so no request ever
-//! waits for a drop. What HTTP/2 servers refuse when clients reset fast
+//! resets at once (unless the body had all arrived: then nothing is sent);
+//! the layer counts it (`reset` either way) and reads nothing, so no request
+//! ever waits for a drop. What HTTP/2 servers refuse when clients reset fast
 //! (Node's reset limit, nginx's `keepalive_requests`), they never processed:
 //! [`RetryRefusedLayer`] sends it again. See [HTTP/2](#http2).
 //!
@@ -232,7 +233,45 @@
 //! the unprocessed ones itself since 0.12.23.
 //!
 //! The three together are the README's HTTP/2 stack: [`RetryRefusedLayer`]
-//! above this layer, over a `Client` built on [`Http2Connector`].
+//! above this layer, over a `Client` built on [`Http2Connector`]. Over TLS
+//! with ALPN (hyper-rustls offering h2 and http/1.1, with the system's
+//! roots), these `[dependencies]` lines take the place of the same crates'
+//! in the block at the top, and add hyper-rustls:
+//!
+//! ```toml
+//! drain-on-drop = { version = "0.9", features = ["http2"] }
+//! hyper-util = { version = "0.1", features = ["client-legacy", "http1", "http2", "tokio"] }
+//! hyper-rustls = { version = "0.27", default-features = false, features = ["http1", "http2", "native-tokio", "ring", "tls12"] }
+//! ```
+//!
+//! and the client is built on the TLS connector:
+//!
+//! ```ignore
+//! use drain_on_drop::{DrainOnDropLayer, Http2Connector, RetryRefusedLayer};
+//! use http_body_util::Empty;
+//! use hyper::body::Bytes;
+//! use hyper_util::client::legacy::Client; // no `HttpConnector`: hyper-rustls brings its own
+//! use hyper_util::rt::TokioExecutor;
+//! use tower::ServiceBuilder;
+//!
+//! let layer = DrainOnDropLayer::new();
+//! let https = hyper_rustls::HttpsConnectorBuilder::new().with_native_roots()?.https_or_http().enable_all_versions().build();
+//! let connector = Http2Connector::new(layer.observe(https)); // one dial at a time per HTTP/2 origin
+//! let client = Client::builder(TokioExecutor::new()).build::<_, Empty<Bytes>>(connector);
+//! let mut svc = ServiceBuilder::new().layer(RetryRefusedLayer::new()).layer(layer).service(client);
+//! ```
+//!
+//! (Not compiled here: the crate's tests have no `native-tokio`. These are
+//! the README's HTTP/2 lines, which CI builds into its quick start and runs
+//! against Node's HTTP/2 server over TLS.) `layer.observe` counts
+//! connections and their reuse ([`ConnectionReuse`]).
+#![cfg_attr(
+    not(feature = "http2"),
+    doc = "\n*These pages were built without the `http2` feature: [`Http2Connector`] and \
+           [`RetryRefusedLayer`] link to docs.rs. In the crate's repository, \
+           `cargo doc --open -p drain-on-drop --all-features` documents them here; in a \
+           project of your own, enable the feature in its `Cargo.toml`.*\n"
+)]
 //!
 //! Requests whose origin is added below the layer (tonic's `Channel` adds
 //! the authority) are counted under [`DrainOnDropLayer::default_origin`].

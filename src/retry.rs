@@ -59,11 +59,11 @@
 //!
 //! The request body must be `Clone`, and its clone must replay it: `Empty`,
 //! `Full`, `String`, `Bytes` (a streaming body cannot be sent twice; tonic's
-//! is one). With a body that is not, rustc says only "the method `ready`
+//! is one). With a body that is not, the method calls `svc.ready()`,
+//! `svc.oneshot(req)` and `svc.call(req)` all fail with "the method `…`
 //! exists for struct `RetryRefused<…>`, but its trait bounds were not
-//! satisfied" (E0599), and never names `Clone` (at `ready()` it does not yet
-//! know the request's type); `Service::call` or `oneshot` with that request
-//! says "the trait bound `…: Clone` is not satisfied":
+//! satisfied" (E0599), and never name `Clone`; the body type of the
+//! requests is what to look at:
 //!
 //! ```compile_fail,E0599
 //! # use drain_on_drop::RetryRefusedLayer;
@@ -86,6 +86,78 @@
 //! let mut svc = ServiceBuilder::new().layer(RetryRefusedLayer::new()).service(client);
 //! let req = http::Request::new(Once(http_body_util::Full::default()));
 //! let _ = svc.ready().await.unwrap().call(req).await; // E0599: `Once` is not `Clone`
+//! # }
+//! ```
+//!
+//! ```compile_fail,E0599
+//! # use drain_on_drop::RetryRefusedLayer;
+//! # use tower::{ServiceBuilder, ServiceExt};
+//! # struct Once(http_body_util::Full<hyper::body::Bytes>);
+//! # impl http_body::Body for Once {
+//! #     type Data = hyper::body::Bytes;
+//! #     type Error = std::convert::Infallible;
+//! #     fn poll_frame(
+//! #         self: std::pin::Pin<&mut Self>,
+//! #         cx: &mut std::task::Context<'_>,
+//! #     ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+//! #         std::pin::Pin::new(&mut self.get_mut().0).poll_frame(cx)
+//! #     }
+//! # }
+//! # async fn run() {
+//! # let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+//! #     .build_http::<Once>();
+//! let svc = ServiceBuilder::new().layer(RetryRefusedLayer::new()).service(client);
+//! let req = http::Request::new(Once(http_body_util::Full::default()));
+//! let _ = svc.oneshot(req).await; // E0599 as well
+//! # }
+//! ```
+//!
+//! ```compile_fail,E0599
+//! # use drain_on_drop::RetryRefusedLayer;
+//! # use tower::{Service, ServiceBuilder};
+//! # struct Once(http_body_util::Full<hyper::body::Bytes>);
+//! # impl http_body::Body for Once {
+//! #     type Data = hyper::body::Bytes;
+//! #     type Error = std::convert::Infallible;
+//! #     fn poll_frame(
+//! #         self: std::pin::Pin<&mut Self>,
+//! #         cx: &mut std::task::Context<'_>,
+//! #     ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+//! #         std::pin::Pin::new(&mut self.get_mut().0).poll_frame(cx)
+//! #     }
+//! # }
+//! # async fn run() {
+//! # let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+//! #     .build_http::<Once>();
+//! let mut svc = ServiceBuilder::new().layer(RetryRefusedLayer::new()).service(client);
+//! let req = http::Request::new(Once(http_body_util::Full::default()));
+//! let _ = svc.call(req).await; // E0599 as well
+//! # }
+//! ```
+//!
+//! Only the trait's own path, `Service::call(&mut svc, req)`, says "the
+//! trait bound `Once: Clone` is not satisfied" (E0277):
+//!
+//! ```compile_fail,E0277
+//! # use drain_on_drop::RetryRefusedLayer;
+//! # use tower::{Service, ServiceBuilder};
+//! # struct Once(http_body_util::Full<hyper::body::Bytes>);
+//! # impl http_body::Body for Once {
+//! #     type Data = hyper::body::Bytes;
+//! #     type Error = std::convert::Infallible;
+//! #     fn poll_frame(
+//! #         self: std::pin::Pin<&mut Self>,
+//! #         cx: &mut std::task::Context<'_>,
+//! #     ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+//! #         std::pin::Pin::new(&mut self.get_mut().0).poll_frame(cx)
+//! #     }
+//! # }
+//! # async fn run() {
+//! # let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+//! #     .build_http::<Once>();
+//! let mut svc = ServiceBuilder::new().layer(RetryRefusedLayer::new()).service(client);
+//! let req = http::Request::new(Once(http_body_util::Full::default()));
+//! let _ = Service::call(&mut svc, req).await; // E0277: the trait bound `Once: Clone` is not satisfied
 //! # }
 //! ```
 //!
@@ -114,7 +186,9 @@ use crate::timer::Deadline;
 /// its response goes again when the server never processed it, or when its
 /// method is idempotent (see the [module](self)). The request body must be
 /// `Clone` (`Empty`, `Full`, `String`, `Bytes`); with one that is not, rustc
-/// reports E0599 at `ready()` without naming `Clone` (see the module).
+/// reports E0599 at `ready()`, `oneshot` or `svc.call`, without naming
+/// `Clone`, and E0277 naming it only at `Service::call(&mut svc, req)` (see
+/// the module).
 #[derive(Clone, Copy, Debug)]
 pub struct RetryRefusedLayer {
     max_retries: usize,
