@@ -92,6 +92,71 @@ pub fn h2(
     run(cmd, "h2")
 }
 
+/// What one run of the Go client reported in a fault cell
+/// (`goclient h2 -timeout D -latency`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct GoFaultRun {
+    pub run: GoRun,
+    /// Each request's time from the call to its head or failure (failed
+    /// ones included), nearest rank.
+    pub p50: Duration,
+    pub p99: Duration,
+    /// When the last failure came, from the start.
+    pub last_failure: Option<Duration>,
+    /// The client process's resident memory, its growth over the run
+    /// (`/proc/self/statm` before the first request and after the last),
+    /// and its most (`ru_maxrss`), in KiB.
+    pub rss_growth_kib: i64,
+    pub max_rss_kib: u64,
+}
+
+/// [`h2`] over TLS by ALPN (h2 and http/1.1) for a fault cell: `callers`
+/// goroutines, `n` requests or `limit`, each request under `timeout`
+/// (`-timeout`), with latencies, the last failure's time and memory
+/// (`-latency`).
+pub fn h2_faults(
+    bin: &Path,
+    url: &Uri,
+    callers: usize,
+    n: usize,
+    limit: Duration,
+    timeout: Duration,
+    ca_pem: &Path,
+) -> Result<GoFaultRun, BoxError> {
+    let mut cmd = Command::new(bin);
+    let (callers, n) = (callers.to_string(), n.to_string());
+    let secs = format!("{:.3}", limit.as_secs_f64());
+    let timeout = format!("{}ms", timeout.as_millis());
+    cmd.args(["h2", "-url", &url.to_string(), "-callers", &callers, "-n", &n, "-secs", &secs]);
+    cmd.arg("-ca").arg(ca_pem).args(["-servername", SERVER_NAME, "-alpn"]);
+    cmd.args(["-timeout", &timeout, "-latency"]);
+    let out = cmd.output().map_err(|e| format!("running {cmd:?}: {e}"))?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        return Err(format!("{cmd:?} failed ({}): {}", out.status, stderr.trim()).into());
+    }
+    let line = stdout.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or_default();
+    parse_faults(line).ok_or_else(|| format!("{cmd:?} printed no h2 -latency result: {stdout:?}").into())
+}
+
+/// Reads the line of `goclient h2 -latency`: [`parse`]'s keys and
+/// `p50_ms`, `p99_ms`, `last_failure_ms` (0: no failure),
+/// `rss_growth_kib` (may be negative), `max_rss_kib`.
+pub fn parse_faults(line: &str) -> Option<GoFaultRun> {
+    let run = parse(line, "h2")?;
+    let ms = |key| number(line, key).map(|v| Duration::from_secs_f64(v / 1e3));
+    let last = ms("last_failure_ms")?;
+    Some(GoFaultRun {
+        run,
+        p50: ms("p50_ms")?,
+        p99: ms("p99_ms")?,
+        last_failure: (!last.is_zero()).then_some(last),
+        rss_growth_kib: signed(line, "rss_growth_kib")? as i64,
+        max_rss_kib: number(line, "max_rss_kib")? as u64,
+    })
+}
+
 /// One goroutine: `drops` GETs of `drop_url` (endless bodies), each closed
 /// right after its head, then one GET of `url`, h2c with prior knowledge
 /// (`goclient endless`); `elapsed` is that last request's time to its head.
@@ -139,9 +204,14 @@ fn value<'a>(line: &'a str, key: &str) -> Option<&'a str> {
 }
 
 fn number(line: &str, key: &str) -> Option<f64> {
+    signed(line, key).filter(|x: &f64| *x >= 0.0)
+}
+
+/// A number, negative ones too.
+fn signed(line: &str, key: &str) -> Option<f64> {
     let v = value(line, key)?;
     let end = v.find(|c: char| !(c.is_ascii_digit() || "+-.eE".contains(c))).unwrap_or(v.len());
-    v[..end].parse().ok().filter(|x: &f64| *x >= 0.0)
+    v[..end].parse().ok()
 }
 
 /// A JSON string value, unescaped.
@@ -196,6 +266,13 @@ mod tests {
         assert_eq!(run.elapsed, Duration::from_millis(12));
         assert_eq!(run.first_error.as_deref(), Some(r#"Get "http://x/": a\b é "sent":1"#));
         assert_eq!(parse("not json", "h2"), None);
+
+        let faults = r#"{"mode":"h2","sent":24,"failed":24,"elapsed_ms":1603.2,"p50_ms":401.5,"p99_ms":402.75,"last_failure_ms":1602.5,"rss_growth_kib":-12,"max_rss_kib":14336,"first_error":"EOF"}"#;
+        let f = super::parse_faults(faults).expect("h2 -latency line");
+        assert_eq!((f.run.sent, f.run.failed, f.rss_growth_kib, f.max_rss_kib), (24, 24, -12, 14336));
+        assert_eq!((f.p50, f.p99), (Duration::from_micros(401_500), Duration::from_micros(402_750)));
+        assert_eq!(f.last_failure, Some(Duration::from_micros(1_602_500)));
+        assert_eq!(super::parse_faults(h2), None);
 
         let endless = r#"{"mode":"endless","sent":34,"failed":0,"elapsed_ms":0.528,"first_error":""}"#;
         let run = parse(endless, "endless").expect("endless line");

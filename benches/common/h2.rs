@@ -162,16 +162,16 @@ pub type H2Client = Client<Https, Empty<Bytes>>;
 /// `Http2Connector` over hyper-rustls' connector.
 pub type StackClient = Client<Http2Connector<Https>, Empty<Bytes>>;
 
-/// hyper-rustls' connector for `road` (TLS trusting `tls`'s certificate
-/// alone, offering h2, or h2 and http/1.1 on [`Road::Alpn`]; plain
-/// `http://` for h2c), TCP_NODELAY.
-fn https(tls: &super::tls::Tls, road: Road) -> Https {
+/// hyper-rustls' connector for `road` (TLS as `client` says, trusting the
+/// bench's certificate alone, offering h2, or h2 and http/1.1 on
+/// [`Road::Alpn`]; plain `http://` for h2c), TCP_NODELAY.
+fn https(client: &rustls::ClientConfig, road: Road) -> Https {
     let mut http = HttpConnector::new();
     http.set_nodelay(true);
     http.enforce_http(false);
     // hyper-rustls sets the ALPN protocols itself (`enable_http2`,
     // `enable_all_versions`).
-    let mut config = (*tls.client).clone();
+    let mut config = client.clone();
     config.alpn_protocols.clear();
     let builder = hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(config).https_or_http();
     match road {
@@ -199,13 +199,25 @@ fn builder(road: Road) -> hyper_util::client::legacy::Builder {
 /// `http://` URI; TLS trusting `tls`'s certificate alone for an `https://`
 /// one), TCP_NODELAY, otherwise hyper-util's defaults, as a user builds it.
 pub fn client(tls: &super::tls::Tls, road: Road) -> H2Client {
-    builder(road).build(https(tls, road))
+    client_with(&tls.client, road)
+}
+
+/// [`client`] with TLS as `config` says (a process that trusts the
+/// certificate of a [`Tls`](super::tls::Tls) it did not generate, see
+/// [`client_trusting`](super::tls::client_trusting)).
+pub fn client_with(config: &rustls::ClientConfig, road: Road) -> H2Client {
+    builder(road).build(https(config, road))
 }
 
 /// [`client`] over `Http2Connector::new`, as the README's HTTP/2 stack
 /// builds it (with `http2_only` on the h2c and h2-only roads).
 pub fn stack_client(tls: &super::tls::Tls, road: Road) -> StackClient {
-    builder(road).build(Http2Connector::new(https(tls, road)))
+    stack_client_with(&tls.client, road)
+}
+
+/// [`stack_client`] with TLS as `config` says.
+pub fn stack_client_with(config: &rustls::ClientConfig, road: Road) -> StackClient {
+    builder(road).build(Http2Connector::new(https(config, road)))
 }
 
 /// What one run of [`traffic`] saw.

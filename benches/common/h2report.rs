@@ -1,6 +1,8 @@
 //! The http2 bench's figures: one run's, the medians of a cell's runs, the
 //! tables (every run's detail, and one summary row per cell as the README
-//! shows it) and the verdict against the issue's targets.
+//! shows it) and the verdict against the issue's targets. The fault cells
+//! (`common::faults`) have tables of their own, with their own columns
+//! (latency percentiles, the last failure's time, memory) and targets.
 
 use std::time::Duration;
 
@@ -48,6 +50,23 @@ pub enum FailTarget {
     /// refuses streams once whole bodies queued on reset streams fill a
     /// session, whatever the client does).
     AtMostGo,
+    /// A fault cell's target (issue 48's figures).
+    Fault(FaultTarget),
+}
+
+/// What the README's stack is held to in a fault cell, against hyper-util
+/// alone (medians).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FaultTarget {
+    /// Stalled handshakes: no more failed than alone, and a p99 within
+    /// alone's + 1 s (a dial's patience on loopback).
+    AnsweredAsAlone,
+    /// Failing dials: the last failure at most 2 x alone's.
+    FailsAsSoonAsAlone,
+    /// A recycling server: no request failed.
+    NoneLost,
+    /// One refusal: at most alone's connections + 8.
+    ConnectionsAsAlone,
 }
 
 /// The kinds of cells, the targets that apply to each.
@@ -62,6 +81,9 @@ pub enum Group {
     Goaway,
     /// Endless bodies dropped, then one request timed to its head.
     Endless,
+    /// Something goes wrong: stalled handshakes, failing dials, recycled
+    /// connections, one refusal (`common::faults`).
+    Faults,
 }
 
 impl Group {
@@ -71,6 +93,7 @@ impl Group {
             Group::Servers => "TLS, and real servers' h2c",
             Group::Goaway => "graceful GOAWAY",
             Group::Endless => "endless",
+            Group::Faults => "faults",
         }
     }
 }
@@ -84,8 +107,28 @@ pub struct Figures {
     /// traffic's time; endless cells: the timed request's time to its head.
     pub total: Duration,
     pub drains: Option<DrainSnapshot>,
-    /// What the server counted (`Server::note`).
+    /// What the server counted (`Server::note`), and in fault cells what
+    /// the stalling proxy held or the closing listener closed.
     pub note: String,
+    /// Fault cells only.
+    pub fault: Option<FaultFigures>,
+}
+
+/// A fault cell's run's figures beyond the others (see `common::faults`).
+#[derive(Clone, Debug, Default)]
+pub struct FaultFigures {
+    /// Each request's time from the call to its head or its failure (a
+    /// timed-out one: its time limit), failed requests included, nearest
+    /// rank.
+    pub p50: Duration,
+    pub p99: Duration,
+    /// When the last failure came, from the run's start.
+    pub last_failure: Option<Duration>,
+    /// The client process's resident memory growth over the run, KiB
+    /// (each client runs in a process of its own).
+    pub rss_growth_kib: i64,
+    /// The client process's most resident memory, KiB.
+    pub max_rss_kib: Option<u64>,
 }
 
 impl Figures {
@@ -115,8 +158,13 @@ fn mid(mut v: Vec<usize>) -> usize {
 }
 
 impl Medians {
-    fn of(mut runs: Vec<Figures>, endless: bool) -> Medians {
-        let key = |f: &Figures| if endless { f.total.as_secs_f64() * 1e3 } else { f.rate() };
+    fn of(mut runs: Vec<Figures>, group: Group) -> Medians {
+        let key = |f: &Figures| match (group, &f.fault) {
+            (Group::Endless, _) => f.total.as_secs_f64() * 1e3,
+            // Fault cells: the median run by p99 latency.
+            (Group::Faults, Some(fault)) => fault.p99.as_secs_f64() * 1e3,
+            _ => f.rate(),
+        };
         runs.sort_by(|a, b| key(a).total_cmp(&key(b)));
         let failed: Vec<usize> = runs.iter().map(|r| r.run.failed).collect();
         Medians {
@@ -145,7 +193,9 @@ impl Medians {
         if let Some(d) = &self.run.drains {
             let reasons: Vec<String> =
                 d.iter().filter(|(_, n)| *n > 0).map(|(r, n)| format!("{r} {n}")).collect();
-            notes.push(reasons.join(", "));
+            if !reasons.is_empty() {
+                notes.push(reasons.join(", "));
+            }
         }
         if self.run.frames.server_goaways > 0 {
             notes.push(format!("server GOAWAY {}", code_name(self.run.frames.server_goaway_code)));
@@ -180,13 +230,14 @@ impl Report {
             .iter()
             .zip(runs)
             .filter(|(_, r)| !r.is_empty())
-            .map(|(p, r)| (*p, Medians::of(r, group == Group::Endless)))
+            .map(|(p, r)| (*p, Medians::of(r, group)))
             .collect();
         self.cells.push((group, label, fail, medians));
     }
 
     pub fn print(&self, took: Duration) {
-        let traffic: Vec<_> = self.cells.iter().filter(|c| c.0 != Group::Endless).collect();
+        let traffic: Vec<_> =
+            self.cells.iter().filter(|c| c.0 != Group::Endless && c.0 != Group::Faults).collect();
         let mut t = Table::new(&[
             "cell",
             "policy",
@@ -249,6 +300,7 @@ impl Report {
             println!("Endless: time from the last request to its head (median run, runs min-max).\n");
             e.print();
         }
+        self.faults();
         self.summary();
         let misses = self.misses();
         if misses.is_empty() {
@@ -266,7 +318,11 @@ impl Report {
         header.extend(Policy::ALL.iter().map(|p| p.label()));
         header.extend(["stack ÷ Go", "stack ÷ alone"]);
         let mut t = Table::new(&header);
-        for (group, label, _, medians) in &self.cells {
+        let cells: Vec<_> = self.cells.iter().filter(|c| c.0 != Group::Faults).collect();
+        if cells.is_empty() {
+            return;
+        }
+        for (group, label, _, medians) in cells {
             let mut row = vec![label.clone()];
             for p in Policy::ALL {
                 row.push(match get(medians, p) {
@@ -314,6 +370,10 @@ impl Report {
     fn misses(&self) -> Vec<String> {
         let mut misses = Vec::new();
         for (group, label, fail, medians) in &self.cells {
+            if let FailTarget::Fault(target) = fail {
+                misses.extend(fault_miss(label, *target, medians));
+                continue;
+            }
             if *group == Group::Endless {
                 if let (Some(s), Some(a)) = (get(medians, Policy::Stack), get(medians, Policy::HyperAlone))
                     && s.run.total > a.run.total + Duration::from_millis(10)
@@ -336,6 +396,7 @@ impl Report {
             let failed_miss = match fail {
                 FailTarget::NoneWhereGoNone => stack.failed.0 > 0 && go_failed.is_none_or(|f| f == 0),
                 FailTarget::AtMostGo => stack.failed.0 > go_failed.unwrap_or(0),
+                FailTarget::Fault(_) => false,
             };
             if failed_miss {
                 let others = |p| get(medians, p).map_or("-".into(), |m: &Medians| m.failed());
@@ -381,6 +442,148 @@ impl Report {
         }
         misses
     }
+}
+
+impl Report {
+    /// The fault cells: every policy's median run with its latencies, last
+    /// failure and memory, then one row per cell side by side.
+    fn faults(&self) {
+        let cells: Vec<_> = self.cells.iter().filter(|c| c.0 == Group::Faults).collect();
+        if cells.is_empty() {
+            return;
+        }
+        let mut t = Table::new(&[
+            "cell",
+            "policy",
+            "sent",
+            "failed",
+            "p50 ms",
+            "p99 ms",
+            "last failure ms",
+            "conns",
+            "memory",
+            "time s",
+            "notes",
+        ]);
+        for (_, label, _, medians) in &cells {
+            for (p, m) in medians {
+                let Some(f) = &m.run.fault else { continue };
+                t.row(vec![
+                    label.clone(),
+                    p.label().into(),
+                    m.run.run.sent.to_string(),
+                    m.failed(),
+                    ms(f.p50),
+                    ms(f.p99),
+                    f.last_failure.map_or("-".into(), ms),
+                    conns(m),
+                    memory(f),
+                    format!("{:.2}", m.run.total.as_secs_f64()),
+                    m.notes(),
+                ]);
+            }
+        }
+        println!(
+            "\nFaults: each request under its own time limit (a timed-out one fails); failed and conns: medians \
+             of the runs (min-max if they differ); the rest: the median run by p99. p50 / p99: each request's \
+             time from the call to its head or failure, failed ones included (nearest rank); last failure: \
+             from the run's start; conns: TLS connections the client opened (the frame counter's); memory: \
+             the client process's resident memory growth over the run (VmRSS of /proc/self/status, the \
+             resident pages of /proc/self/statm, before the client is built and after its last request) and \
+             in brackets its most resident (VmHWM); every client runs in a process of its own (the Rust ones: \
+             this binary, --fault-client), the servers and proxies elsewhere. Notes: held = connections the \
+             stalling proxy held unanswered, closed = connections the closing listener accepted.\n"
+        );
+        t.print();
+        let mut header = vec!["cell"];
+        let policies = [Policy::HyperAlone, Policy::Stack, Policy::Go];
+        header.extend(policies.iter().map(|p| p.label()));
+        let mut s = Table::new(&header);
+        for (_, label, _, medians) in &cells {
+            let mut row = vec![label.clone()];
+            for p in policies {
+                row.push(match get(medians, p) {
+                    Some(m @ Medians { run: Figures { fault: Some(f), .. }, .. }) => {
+                        let last = f.last_failure.map_or(String::new(), |l| format!(", last at {}", ms(l)));
+                        format!(
+                            "{} failed, {} / {} ms, {} conns, {}{last}",
+                            m.failed.0,
+                            ms(f.p50),
+                            ms(f.p99),
+                            m.connections,
+                            memory(f)
+                        )
+                    }
+                    _ => "-".into(),
+                });
+            }
+            s.row(row);
+        }
+        println!(
+            "\nFaults side by side: failed, p50 / p99 ms, connections, memory[, when the last failure came, ms].\n"
+        );
+        s.print();
+        println!();
+    }
+}
+
+/// A duration in ms, to a tenth below 100 ms.
+fn ms(d: Duration) -> String {
+    let v = d.as_secs_f64() * 1e3;
+    if v < 100.0 { format!("{v:.1}") } else { format!("{v:.0}") }
+}
+
+/// Connections, median (min-max if the runs differ).
+fn conns(m: &Medians) -> String {
+    match m.connection_range {
+        (lo, hi) if lo == hi => m.connections.to_string(),
+        (lo, hi) => format!("{} ({lo}-{hi})", m.connections),
+    }
+}
+
+/// The memory growth, in MiB, and the most resident.
+fn memory(f: &FaultFigures) -> String {
+    let growth = format!("{:+.1} MiB", f.rss_growth_kib as f64 / 1024.0);
+    match f.max_rss_kib {
+        Some(max) => format!("{growth} (max {:.1})", max as f64 / 1024.0),
+        None => growth,
+    }
+}
+
+/// Whether the stack missed a fault cell's target, and how.
+fn fault_miss(label: &str, target: FaultTarget, medians: &[(Policy, Medians)]) -> Option<String> {
+    let (stack, alone) = (get(medians, Policy::Stack)?, get(medians, Policy::HyperAlone)?);
+    let (sf, af) = (stack.run.fault.as_ref()?, alone.run.fault.as_ref()?);
+    let miss = match target {
+        FaultTarget::AnsweredAsAlone => {
+            stack.failed.0 > alone.failed.0 || sf.p99 > af.p99 + Duration::from_secs(1)
+        }
+        FaultTarget::FailsAsSoonAsAlone => {
+            let last = |f: &FaultFigures| f.last_failure.unwrap_or_default();
+            last(sf) > 2 * last(af)
+        }
+        FaultTarget::NoneLost => stack.failed.0 > 0,
+        FaultTarget::ConnectionsAsAlone => stack.connections > alone.connections + 8,
+    };
+    let last = |f: &FaultFigures| f.last_failure.map_or("-".into(), ms);
+    miss.then(|| {
+        format!(
+            "{label}: the README's stack failed {}, p99 {} ms, {} connections, last failure at {} ms \
+             (alone: {}, {} ms, {}, {} ms){}",
+            stack.failed(),
+            ms(sf.p99),
+            stack.connections,
+            last(sf),
+            alone.failed(),
+            ms(af.p99),
+            alone.connections,
+            last(af),
+            match first_error(stack) {
+                e if e.is_empty() => String::new(),
+                e => format!("; first error: {e}"),
+            }
+        )
+    })
 }
 
 /// An HTTP/2 error code's name (RFC 9113 section 7).

@@ -20,7 +20,10 @@
 //!   RST_STREAM frames.
 //! - [`h2report`]: the http2 bench's figures, tables and verdict.
 //! - [`servers`]: the http2 bench's servers (hyper, Node, Go's net/http,
-//!   nginx), one per run.
+//!   nginx, Apache, h2o), one per run.
+//! - [`faults`]: the http2 bench's fault cells: a proxy stalling a share of
+//!   handshakes, a listener failing every dial, and their runs (latency
+//!   percentiles, last failure, memory).
 //! - [`run`]: sequential and concurrent request loops and their outcome.
 //! - [`table`]: Markdown tables.
 //!
@@ -29,6 +32,7 @@
 
 pub mod args;
 pub mod client;
+pub mod faults;
 pub mod frames;
 pub mod go;
 pub mod h2;

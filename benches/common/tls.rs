@@ -29,6 +29,28 @@ pub struct Tls {
     key_pem: Arc<TempFile>,
 }
 
+/// A client configuration as [`Tls`]'s (TLS 1.3, ring), trusting the one
+/// certificate in the PEM file `ca_pem` (a [`Tls::ca_pem_path`] of another
+/// process), ALPN `h2`.
+pub fn client_trusting(ca_pem: &Path) -> Result<Arc<ClientConfig>, Box<dyn std::error::Error + Send + Sync>> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+
+    let pem = std::fs::read(ca_pem).map_err(|e| format!("reading {}: {e}", ca_pem.display()))?;
+    let cert = CertificateDer::from_pem_slice(&pem).map_err(|e| format!("{}: {e:?}", ca_pem.display()))?;
+    let mut roots = RootCertStore::empty();
+    roots.add(cert)?;
+    // As in `generate_with`: ring, deprecated by rustls 0.23.48, kept.
+    #[allow(deprecated)]
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut client = ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    client.alpn_protocols = vec![b"h2".to_vec()];
+    Ok(Arc::new(client))
+}
+
 /// A file under the temporary directory, removed when dropped.
 struct TempFile(PathBuf);
 

@@ -2,13 +2,15 @@
 // tests/http2_node.rs, through `NodeH2` in tests/support/mod.rs. Node 20, no
 // npm packages.
 //
-//   node h2server.js [--max-streams N] [--tap]
+//   node h2server.js [--max-streams N] [--max-session-memory MB] [--tls CERT KEY] [--tap]
 //
 // Listens on 127.0.0.1:0, prints "READY <port>" on stdout, and exits when its
 // stdin closes (the test process went away). Without --max-streams the
 // server keeps Node's defaults: its SETTINGS announce no
 // SETTINGS_MAX_CONCURRENT_STREAMS, and a session refuses new streams once it
 // holds 10 MB (`maxSessionMemory`). With --max-streams N it announces N.
+// With --max-session-memory MB a session holds up to MB megabytes instead
+// (Node's `maxSessionMemory`).
 //
 // Paths (every response 200 unless said otherwise):
 //   /len/N      N bytes with content-length, in 16 KiB writes, each waiting
@@ -23,6 +25,11 @@
 //   /stall      a head without content-length (with ?cl=N: content-length N),
 //               then nothing until the client resets the stream.
 //   /small      "small body\n", with content-length.
+//   /calm/N     as /len/N, except one stream in the server's life: the first
+//               /calm/ stream to arrive on a session after the client reset
+//               two streams of that session (RST_STREAM CANCEL, any path) is
+//               refused with RST_STREAM ENHANCE_YOUR_CALM before any head
+//               (a rate limit hit once; counted in calm_refused).
 //   /stats      the counters below as a flat JSON object; its own sessions and
 //               streams are not counted.
 //   anything else: 404.
@@ -98,6 +105,7 @@ const c = {
   goaways_received: 0,
   frame_errors: 0,
   bytes_written: 0,
+  calm_refused: 0,
 };
 const rstOther = new Map();
 const goawayCodes = new Map();
@@ -171,15 +179,26 @@ function endless(stream, ms, piece) {
   stream.once('close', () => clearInterval(timer));
 }
 
-function serve(stream, path, query) {
+// Whether /calm/ has refused its one stream.
+let calmDone = false;
+
+function serve(stream, path, query, s) {
   const parts = path.split('/');
   switch (parts[1]) {
+    case 'calm':
+      if (!calmDone && s.cancels >= 2) {
+        calmDone = true;
+        c.calm_refused += 1;
+        stream.close(http2.constants.NGHTTP2_ENHANCE_YOUR_CALM);
+        return;
+      }
+    // falls through: served as /len/N
     case 'len':
     case 'nolen': {
       const n = Number(parts[2]);
       if (parts.length !== 3 || !Number.isInteger(n) || n < 0) break;
       const head = { ':status': 200, 'content-type': 'application/octet-stream' };
-      if (parts[1] === 'len') head['content-length'] = n;
+      if (parts[1] !== 'nolen') head['content-length'] = n;
       stream.respond(head);
       pump(stream, n);
       return;
@@ -224,6 +243,8 @@ function serve(stream, path, query) {
 const maxStreams = flag('--max-streams');
 const options = {};
 if (maxStreams !== undefined) options.settings = { maxConcurrentStreams: maxStreams };
+const maxSessionMemory = flag('--max-session-memory');
+if (maxSessionMemory !== undefined) options.maxSessionMemory = maxSessionMemory;
 // --tls CERT.pem KEY.pem: HTTP/2 over TLS (ALPN h2 only) instead of h2c.
 const tls = args.indexOf('--tls');
 if (tls >= 0) {
@@ -234,7 +255,7 @@ if (tls >= 0) {
 const server = tls >= 0 ? http2.createSecureServer(options) : http2.createServer(options);
 
 server.on('session', (session) => {
-  const s = { session, seen: 0, maxId: -1, lastProc: -1, counted: false, open: 0, errored: false };
+  const s = { session, seen: 0, maxId: -1, lastProc: -1, counted: false, open: 0, errored: false, cancels: 0 };
   // The last stream id nghttp2 processed is readable only until the session
   // is destroyed: note it just before, whatever destroys it (an nghttp2
   // error, the socket closing, a GOAWAY).
@@ -309,6 +330,7 @@ server.on('session', (session) => {
         else c.streams_ended += 1;
       } else if (code === NGHTTP2_CANCEL) {
         c.rst_cancel += 1;
+        s.cancels += 1;
       } else if (code === NGHTTP2_STREAM_CLOSED) {
         c.rst_stream_closed += 1;
       } else {
@@ -316,7 +338,7 @@ server.on('session', (session) => {
         bump(rstOther, code);
       }
     });
-    serve(stream, url.pathname, url.searchParams);
+    serve(stream, url.pathname, url.searchParams, s);
   });
 });
 server.on('sessionError', () => {});

@@ -4,7 +4,7 @@
 //
 //	goclient seq -url URL -n N [-read-one] [-ca CA.pem -servername localhost]
 //	goclient far -url URL -n N [-read-one] -ca CA.pem -servername localhost
-//	goclient h2 -url URL -callers C -n N -secs S [-ca CA.pem -servername localhost [-alpn]]
+//	goclient h2 -url URL -callers C -n N -secs S [-ca CA.pem -servername localhost [-alpn]] [-timeout D] [-latency]
 //	goclient endless -drop-url URL -drops D -url URL
 //
 // seq: N sequential GETs over HTTP/1.1, plain for an http:// URL, TLS for
@@ -27,7 +27,17 @@
 // (Protocols: unencrypted HTTP/2 only), an https:// URL is TLS trusting
 // CA.pem: ALPN h2 alone (Protocols: HTTP/2 only), or with -alpn, as Go's
 // default transport does, h2 and http/1.1 (Protocols: HTTP/1 and HTTP/2,
-// NextProtos h2, http/1.1), speaking what the server picks.
+// NextProtos h2, http/1.1), speaking what the server picks. With -timeout D
+// (a Go duration such as 3s) each request runs under a context of its own
+// that expires after D (the request then fails; the context is cancelled
+// once the body is closed). With -latency the line also gives each
+// request's time from the call to its head or its failure (p50_ms, p99_ms,
+// nearest rank, failed requests included), when the last failure came
+// (last_failure_ms from the start, 0 without failures), the growth of the
+// process's resident memory over the run (rss_growth_kib: VmRSS in
+// /proc/self/status before the first request and after the last) and its
+// most resident memory (max_rss_kib: VmHWM; not getrusage's ru_maxrss,
+// which Linux carries over from the process that started this one).
 //
 // endless: one h2c client (prior knowledge) and one caller: D GETs of
 // -drop-url (an endless body), each closed right after its head, then one
@@ -48,8 +58,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -58,12 +71,19 @@ import (
 
 // A run's result; failed counts requests that errored or were not 200.
 type result struct {
-	Mode       string  `json:"mode"`
-	Requests   *int64  `json:"requests,omitempty"`
-	Sent       *int64  `json:"sent,omitempty"`
-	Failed     int64   `json:"failed"`
-	ElapsedMs  float64 `json:"elapsed_ms"`
-	FirstError string  `json:"first_error"`
+	Mode      string  `json:"mode"`
+	Requests  *int64  `json:"requests,omitempty"`
+	Sent      *int64  `json:"sent,omitempty"`
+	Failed    int64   `json:"failed"`
+	ElapsedMs float64 `json:"elapsed_ms"`
+	// h2 -latency only.
+	P50Ms         *float64 `json:"p50_ms,omitempty"`
+	P99Ms         *float64 `json:"p99_ms,omitempty"`
+	LastFailureMs *float64 `json:"last_failure_ms,omitempty"`
+	RssGrowthKib  *int64   `json:"rss_growth_kib,omitempty"`
+	MaxRssKib     *int64   `json:"max_rss_kib,omitempty"`
+	// Last: the only free text (the benches read the keys before it).
+	FirstError string `json:"first_error"`
 }
 
 // failures counts failed requests and keeps the first one's message.
@@ -87,28 +107,58 @@ func (e *failures) add(err error) {
 const oneRead = 16 * 1024
 
 // get sends one GET and closes the body after checking the status: unread,
-// or after one Read of up to oneRead bytes when readOne is set.
-func get(ctx context.Context, client *http.Client, url string, readOne bool, errs *failures) {
+// or after one Read of up to oneRead bytes when readOne is set. It says
+// whether the request failed.
+func get(ctx context.Context, client *http.Client, url string, readOne bool, errs *failures) bool {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		errs.add(err)
-		return
+		return true
 	}
 	resp, err := client.Do(req)
 	if err != nil {
 		errs.add(err)
-		return
+		return true
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		errs.add(fmt.Errorf("status %s", resp.Status))
-		return
+		return true
 	}
 	if readOne {
 		if _, err := resp.Body.Read(make([]byte, oneRead)); err != nil && err != io.EOF {
 			errs.add(err)
+			return true
 		}
 	}
+	return false
+}
+
+// statusKib is a figure of /proc/self/status in KiB (VmRSS: resident now,
+// VmHWM: the most resident so far), 0 where it cannot be read.
+func statusKib(key string) int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, key+":"); ok {
+			n, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			if err == nil {
+				return n
+			}
+		}
+	}
+	return 0
+}
+
+// percentile is the nearest-rank p-th percentile of sorted, in ms.
+func percentile(sorted []time.Duration, p float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	rank := int(math.Ceil(p / 100 * float64(len(sorted))))
+	return millis(sorted[max(rank, 1)-1])
 }
 
 // seq runs mode seq, or far (which only takes https:// URLs).
@@ -155,6 +205,8 @@ func h2(args []string) result {
 	ca := fs.String("ca", "", "PEM certificate to trust (https://)")
 	name := fs.String("servername", "localhost", "name to verify and send as SNI")
 	alpn := fs.Bool("alpn", false, "offer h2 and http/1.1 by ALPN, not h2 alone (https:// only)")
+	timeout := fs.Duration("timeout", 0, "each request's own time limit (0: none)")
+	latency := fs.Bool("latency", false, "report latency percentiles, the last failure's time and memory")
 	fs.Parse(args)
 	https := strings.HasPrefix(*url, "https://")
 	if !https && !strings.HasPrefix(*url, "http://") || *callers < 1 || *n < 1 || *secs <= 0 || https && *ca == "" || *alpn && !https {
@@ -181,20 +233,50 @@ func h2(args []string) result {
 	var errs failures
 	var sent atomic.Int64
 	var wg sync.WaitGroup
+	// Per caller: each request's time, and the last failure's (from start).
+	took := make([][]time.Duration, *callers)
+	lastFailure := make([]time.Duration, *callers)
+	rssBefore := statusKib("VmRSS")
 	start := time.Now()
 	for c := 0; c < *callers; c++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for time.Since(start) < budget && sent.Add(1) <= *n {
-				get(ctx, client, *url, false, &errs)
+				began := time.Now()
+				reqCtx, cancel := ctx, context.CancelFunc(func() {})
+				if *timeout > 0 {
+					reqCtx, cancel = context.WithTimeout(ctx, *timeout)
+				}
+				failed := get(reqCtx, client, *url, false, &errs)
+				cancel()
+				if *latency {
+					took[c] = append(took[c], time.Since(began))
+					if failed {
+						lastFailure[c] = time.Since(start)
+					}
+				}
 			}
 		}()
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
 	total := min(sent.Load(), *n)
-	return result{Mode: "h2", Sent: &total, Failed: errs.failed, ElapsedMs: millis(elapsed), FirstError: errs.first}
+	r := result{Mode: "h2", Sent: &total, Failed: errs.failed, ElapsedMs: millis(elapsed), FirstError: errs.first}
+	if *latency {
+		var all []time.Duration
+		var last time.Duration
+		for c := range took {
+			all = append(all, took[c]...)
+			last = max(last, lastFailure[c])
+		}
+		slices.Sort(all)
+		p50, p99, lastMs := percentile(all, 50), percentile(all, 99), millis(last)
+		growth := statusKib("VmRSS") - rssBefore
+		maxRss := statusKib("VmHWM")
+		r.P50Ms, r.P99Ms, r.LastFailureMs, r.RssGrowthKib, r.MaxRssKib = &p50, &p99, &lastMs, &growth, &maxRss
+	}
+	return r
 }
 
 func endless(args []string) result {
@@ -246,7 +328,7 @@ func usage(msg string) {
 	fmt.Fprintln(os.Stderr, "goclient:", msg)
 	fmt.Fprintln(os.Stderr, "usage: goclient seq -url URL -n N [-read-one] [-ca CA.pem -servername NAME]")
 	fmt.Fprintln(os.Stderr, "       goclient far -url URL -n N [-read-one] -ca CA.pem -servername NAME")
-	fmt.Fprintln(os.Stderr, "       goclient h2 -url URL -callers C -n N -secs S [-ca CA.pem -servername NAME [-alpn]]")
+	fmt.Fprintln(os.Stderr, "       goclient h2 -url URL -callers C -n N -secs S [-ca CA.pem -servername NAME [-alpn]] [-timeout D] [-latency]")
 	fmt.Fprintln(os.Stderr, "       goclient endless -drop-url URL -drops D -url URL")
 	os.Exit(2)
 }
