@@ -20,7 +20,8 @@ use http_body::SizeHint;
 ///
 /// The other rules still apply: `Connection: close`, streams listed in
 /// [`stream_content_types`] and [`max_concurrent_drains`]; an HTTP/2 body
-/// is never drained (its stream is reset at once).
+/// is never drained (its stream is reset at once, unless the body had all
+/// arrived).
 ///
 /// [`max_bytes`]: crate::DrainOnDropLayer::max_bytes
 /// [`max_time`]: crate::DrainOnDropLayer::max_time

@@ -88,8 +88,8 @@ where
 /// One of hyper's HTTP/2 connections (`client::conn::http2::SendRequest`)
 /// as a tower `Service`, each response with the drain of the layer that
 /// made it ([`DrainOnDropLayer::http2_sender`](crate::DrainOnDropLayer::http2_sender)):
-/// a body dropped early has its stream reset at once and is counted (see
-/// the crate's [HTTP/2](crate#http2) section). Cheap to clone, like the
+/// a body dropped early has its stream reset at once (unless it had all
+/// arrived) and is counted (see the crate's [HTTP/2](crate#http2) section). Cheap to clone, like the
 /// connection: one clone per caller.
 ///
 /// Its origin is the URI's authority, or the layer's
