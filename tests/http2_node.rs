@@ -132,9 +132,18 @@ fn summary(server: &NodeStats) -> String {
     ) + &if server.tap.is_empty() { String::new() } else { format!("\n  tap: {}", server.tap) }
 }
 
+/// A patience beyond any dial a loaded machine takes, for the tests that
+/// count sessions: they are about moves (one dial per move, not one per
+/// caller waiting), not about the patience (`stacks/tests/http2_faults.rs`).
+/// At the default (twice the median TCP connect, 250 ms at least), a new
+/// connection that took longer than that to carry its first request,
+/// which a loaded machine with 64 callers can take, would have each of the
+/// callers waiting for it dial its own.
+const PATIENT: Duration = Duration::from_secs(30);
+
 /// The README's HTTP/2 stack over hyper-util's HTTP/2-only client: the
 /// retry above the drain, over `Http2Connector` (one dial at a time, each
-/// connection charged for the resets it sends).
+/// connection charged for the resets it sends), with a [`PATIENT`] gate.
 fn readme_stack(
     layer: &DrainOnDropLayer,
 ) -> impl Service<
@@ -145,7 +154,7 @@ fn readme_stack(
 > + Clone
 + Send
 + 'static {
-    let connector = Http2Connector::new(HttpConnector::new());
+    let connector = Http2Connector::new(HttpConnector::new()).dial_patience(PATIENT);
     let client = Client::builder(TokioExecutor::new()).http2_only(true).build(connector);
     ServiceBuilder::new().layer(RetryRefusedLayer::new()).layer(layer.clone()).service(client)
 }
