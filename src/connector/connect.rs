@@ -31,24 +31,18 @@ where
     pub(super) fn start(origin: Arc<DialOrigin>, inner: &mut C, dst: Uri) -> Self {
         let entry = origin.enter();
         tracing::trace!(target: "drain_on_drop::dial", entry = entry.name(), "connect");
+        // The connector made ready goes with the request; a clone takes its
+        // place.
+        let ready = inner.clone();
+        let connector = std::mem::replace(inner, ready);
         let state = match entry {
-            Entry::Free => Connecting::Dial {
-                attempts: Attempts::first(inner.call(dst), None),
-                hold: Hold { origin, dial: None },
-            },
+            Entry::Free => {
+                Connecting::Ready { connector, dst, hold: Hold { origin, dial: None }, yielded: false }
+            }
             Entry::Dial(dial) => {
-                // A clone races a second attempt if this one outlasts the
-                // origin's patience.
-                let race =
-                    Race { at: Deadline::at(dial.race_at()), connector: inner.clone(), dst: dst.clone() };
-                let attempts = Attempts::first(inner.call(dst), Some(race));
-                Connecting::Dial { attempts, hold: Hold { origin, dial: Some(dial) } }
+                Connecting::Ready { connector, dst, hold: Hold { origin, dial: Some(dial) }, yielded: false }
             }
             Entry::Wait(dial) => {
-                // The connector made ready goes with the request; a clone
-                // takes its place.
-                let ready = inner.clone();
-                let connector = std::mem::replace(inner, ready);
                 let deadline = Deadline::at(dial.expires());
                 let waiting = Waiting { dial, key: None, served: false };
                 Connecting::Wait { waiting, deadline, connector, dst, origin }
@@ -85,11 +79,16 @@ enum Connecting<C: Service<Uri>> {
         dst: Uri,
         origin: Arc<DialOrigin>,
     },
-    /// About to dial once `connector` is ready.
+    /// About to dial once `connector` is ready, and, on a first poll, once
+    /// the task polled its pool checkout again: hyper-util polls the
+    /// checkout, then the connect, and a connection pooled in between (on
+    /// another thread) would otherwise cost a dial hyper-util finishes in
+    /// the background and throws away.
     Ready {
         connector: C,
         dst: Uri,
         hold: Hold,
+        yielded: bool,
     },
     Done,
 }
@@ -264,9 +263,12 @@ where
                         Phase::Failed(failure) => return Poll::Ready(Err(Box::new(failure.error()))),
                         // In use, and this request was not handed it (or
                         // past the patience): its own connection.
-                        Phase::Serving => {
-                            Connecting::Ready { connector, dst, hold: Hold { origin, dial: None } }
-                        }
+                        Phase::Serving => Connecting::Ready {
+                            connector,
+                            dst,
+                            hold: Hold { origin, dial: None },
+                            yielded: true,
+                        },
                         // Gone before it connected, or HTTP/1: through the
                         // gate again.
                         _ => match origin.enter() {
@@ -277,14 +279,25 @@ where
                                 dst,
                                 origin,
                             },
-                            Entry::Free => {
-                                Connecting::Ready { connector, dst, hold: Hold { origin, dial: None } }
-                            }
-                            Entry::Dial(dial) => {
-                                Connecting::Ready { connector, dst, hold: Hold { origin, dial: Some(dial) } }
-                            }
+                            Entry::Free => Connecting::Ready {
+                                connector,
+                                dst,
+                                hold: Hold { origin, dial: None },
+                                yielded: true,
+                            },
+                            Entry::Dial(dial) => Connecting::Ready {
+                                connector,
+                                dst,
+                                hold: Hold { origin, dial: Some(dial) },
+                                yielded: true,
+                            },
                         },
                     };
+                }
+                Connecting::Ready { yielded: yielded @ false, .. } => {
+                    *yielded = true;
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
                 }
                 Connecting::Ready { connector, dst, .. } => {
                     if let Err(e) = ready!(connector.poll_ready(cx)) {
@@ -296,7 +309,7 @@ where
                         return Poll::Ready(Err(dial_failed(e.into(), hold)));
                     }
                     let dial = connector.call(dst.clone());
-                    let Connecting::Ready { connector, dst, hold } =
+                    let Connecting::Ready { connector, dst, hold, .. } =
                         std::mem::replace(&mut this.state, Connecting::Done)
                     else {
                         unreachable!("matched above")
