@@ -8,7 +8,10 @@
 //!
 //! 1. A stuck first handshake (a proxy that accepts the first connection and
 //!    never answers it, every later one forwarded) holds back no caller: 8
-//!    callers at once, each under 3 s, are all answered.
+//!    callers at once, each under 3 s, are all answered; with
+//!    `http2_only`, where hyper-util's own lock holds every request behind
+//!    that dial (alone answers none), the connector's raced second attempt
+//!    answers them all.
 //! 2. Callers waiting for dials that fail after 400 ms fail together, not
 //!    one after another (0.8.0 failed 6 callers at 0.4, 0.8, ... 2.4 s).
 //! 3. One refusal (RST_STREAM ENHANCE_YOUR_CALM after 2 resets, never
@@ -286,6 +289,62 @@ async fn a_stuck_first_handshake_holds_back_no_caller() {
 /// caller at 2.4 s). The bound, 1.6 s (or 3 times alone's last failure on a
 /// machine so loaded that alone takes longer), is 1.5 times below
 /// one-after-another and 2 to 4 times above failing together.
+/// With `http2_only` hyper-util takes its own lock for the origin's one
+/// HTTP/2 connection before it calls the connector: every other request
+/// waits in its pool behind that one dial, and a handshake that never ends
+/// holds them all (hyper-util alone answers none). The connector races that
+/// dial with a second attempt once it outlasts the origin's patience: the
+/// first to connect serves them all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_http2_only_a_stuck_first_handshake_is_raced_and_holds_back_no_caller() {
+    const CALLERS: usize = 8;
+    const LIMIT: Duration = Duration::from_secs(3);
+    let tls = tls();
+    let (origin, _) = h2_origin(&tls).await;
+    let h2_only = || {
+        let mut http = HttpConnector::new();
+        http.set_nodelay(true);
+        http.enforce_http(false);
+        hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls.client.clone())
+            .https_only()
+            .enable_http2()
+            .wrap_connector(http)
+    };
+
+    let proxy = StallProxy::start(origin, Stall::First).await;
+    let client: Client<_, Empty<Bytes>> =
+        Client::builder(TokioExecutor::new()).http2_only(true).build(h2_only());
+    let out = at_once(client, https_uri(proxy.addr), CALLERS, LIMIT).await;
+    let (alone_ok, alone_seen) = (answered(&out), proxy.seen());
+    println!(
+        "hyper-util alone, http2_only: {alone_ok} of {CALLERS} answered within {LIMIT:?}, {alone_seen} \
+         connections at the proxy (the first stalled)"
+    );
+    drop(proxy);
+
+    let proxy = StallProxy::start(origin, Stall::First).await;
+    let client = Client::builder(TokioExecutor::new()).http2_only(true).build(Http2Connector::new(h2_only()));
+    let out = at_once(stack_over(client), https_uri(proxy.addr), CALLERS, LIMIT).await;
+    let (stack_ok, stack_slowest, stack_seen) = (answered(&out), slowest(&out), proxy.seen());
+    println!(
+        "the stack, http2_only: {stack_ok} of {CALLERS} answered, slowest {stack_slowest:?}, {stack_seen} \
+         connections at the proxy (the first stalled); failures {:?}",
+        failures(&out)
+    );
+    assert_eq!(
+        alone_ok, 0,
+        "the premise: with http2_only, hyper-util alone holds every caller behind its one stuck dial"
+    );
+    assert_eq!(
+        stack_ok,
+        CALLERS,
+        "the stack races the stuck dial and answers every caller within {LIMIT:?}; failures: {:?}",
+        failures(&out)
+    );
+    assert_eq!(stack_seen, 2, "one stuck dial, one raced attempt: {stack_seen} connections");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn callers_of_a_failing_dial_fail_together_not_one_after_another() {
     const CALLERS: usize = 6;
