@@ -314,8 +314,11 @@ where
                     else {
                         unreachable!("matched above")
                     };
-                    let race =
-                        hold.dial.as_ref().map(|d| Race { at: Deadline::at(d.race_at()), connector, dst });
+                    let race = hold.dial.as_ref().and_then(|d| d.race_at()).map(|at| Race {
+                        at: Deadline::at(at),
+                        connector,
+                        dst,
+                    });
                     this.state = Connecting::Dial { attempts: Attempts::first(dial, race), hold };
                 }
                 Connecting::Done => panic!("ConnectFuture polled after completion"),

@@ -54,8 +54,9 @@ impl Phase {
 
 /// One dial others may wait for.
 pub(crate) struct Dial {
-    /// When it races a second attempt (its origin's patience).
-    race_at: Instant,
+    /// When it races a second attempt (its origin's patience; none with
+    /// none).
+    race_at: Option<Instant>,
     /// When those waiting stop waiting and dial their own (twice the
     /// patience: the raced attempt had one).
     expires: Instant,
@@ -130,11 +131,13 @@ impl Waiters {
 impl Dial {
     fn new(now: Instant, patience: Duration) -> Arc<Dial> {
         let state = Mutex::new(DialState { phase: Phase::Dialing, waiters: Waiters::default() });
-        Arc::new(Dial { race_at: now + patience, expires: now + patience.saturating_mul(2), state })
+        let race_at = (!patience.is_zero()).then(|| now + patience);
+        Arc::new(Dial { race_at, expires: now + patience.saturating_mul(2), state })
     }
 
-    /// When it races a second attempt.
-    pub(crate) fn race_at(&self) -> Instant {
+    /// When it races a second attempt, if it does (a patience of zero
+    /// waits for nothing: no connect waits for it, and it races nothing).
+    pub(crate) fn race_at(&self) -> Option<Instant> {
         self.race_at
     }
 
@@ -488,9 +491,10 @@ mod tests {
         let stuck = dial(o.enter());
         let next = dial(o.enter());
         assert!(!Arc::ptr_eq(&stuck, &next), "the next connect dials its own");
+        assert_eq!(stuck.race_at(), None, "with no patience, no second attempt either");
         let unknown = origin(true);
         let d = dial(unknown.enter());
-        let race = d.race_at().saturating_duration_since(Instant::now());
+        let race = d.race_at().expect("a patience").saturating_duration_since(Instant::now());
         let wait = d.expires().saturating_duration_since(Instant::now());
         assert!(race <= http2::PATIENCE_UNKNOWN, "a second attempt after the patience: {race:?}");
         assert!(
