@@ -31,6 +31,9 @@
 
 #[path = "../../tests/support/mod.rs"]
 mod support;
+mod tls;
+
+use tls::Tls;
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
@@ -47,7 +50,6 @@ use http_body_util::{Empty, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::{HttpConnector, HttpInfo};
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
 use tower::{Service, ServiceBuilder, ServiceExt};
 
 use support::faults::*;
@@ -57,34 +59,8 @@ use support::*;
 /// The TLS of a test: a self-signed certificate for 127.0.0.1 (an address,
 /// so that no name is resolved), a server offering h2 and http/1.1 by ALPN,
 /// and a client trusting the certificate.
-struct Tls {
-    acceptor: tokio_rustls::TlsAcceptor,
-    client: rustls::ClientConfig,
-}
-
 fn tls() -> Tls {
-    // rustls 0.23.48 deprecates ring's provider (no post-quantum key exchange); the
-    // repository keeps ring so that nothing builds aws-lc-sys (a C library).
-    #[allow(deprecated)]
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let key = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
-    let cert = key.cert.der().clone();
-    let private = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.signing_key.serialize_der()));
-    let mut server = rustls::ServerConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(vec![cert.clone()], private)
-        .unwrap();
-    server.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(cert).unwrap();
-    let client = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    Tls { acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(server)), client }
+    tls::pair("127.0.0.1")
 }
 
 impl Tls {

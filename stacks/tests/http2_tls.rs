@@ -21,6 +21,7 @@
 
 #[path = "../../tests/support/mod.rs"]
 mod support;
+mod tls;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -31,7 +32,6 @@ use http_body_util::Empty;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
 use tower::{Service, ServiceBuilder, ServiceExt};
 
 use support::*;
@@ -65,21 +65,7 @@ impl Served {
 /// `serve_h2`); its port, the client's TLS configuration that trusts it,
 /// and its counts.
 async fn tls_server(len: usize) -> (u16, rustls::ClientConfig, Served) {
-    // rustls 0.23.48 deprecates ring's provider (no post-quantum key exchange); the
-    // repository keeps ring so that nothing builds aws-lc-sys (a C library).
-    #[allow(deprecated)]
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let key = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
-    let cert = key.cert.der().clone();
-    let private = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.signing_key.serialize_der()));
-    let mut server = rustls::ServerConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(vec![cert.clone()], private)
-        .unwrap();
-    server.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server));
+    let tls::Tls { acceptor, client } = tls::pair("localhost");
     let served = Served::default();
     let all = served.requests.clone();
     let (addr, accepted) = accept_each(move |io: hyper_util::rt::TokioIo<tokio::net::TcpStream>| {
@@ -105,13 +91,6 @@ async fn tls_server(len: usize) -> (u16, rustls::ClientConfig, Served) {
         }
     })
     .await;
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(cert).unwrap();
-    let client = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
     (addr.port(), client, Served { accepted, requests: served.requests })
 }
 

@@ -1,0 +1,40 @@
+//! A TLS server and client pair for one test: a certificate rcgen makes
+//! for `name`, the server offering h2 and HTTP/1.1 by ALPN (as real servers
+//! do), the client trusting that certificate alone. ring is the provider
+//! of every client and server in the repository (nothing builds
+//! aws-lc-sys, a C library).
+
+use std::sync::Arc;
+
+use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
+
+/// The server's acceptor and the client's configuration.
+pub(crate) struct Tls {
+    pub(crate) acceptor: tokio_rustls::TlsAcceptor,
+    pub(crate) client: rustls::ClientConfig,
+}
+
+/// A pair for `name` (`localhost`, `127.0.0.1`).
+pub(crate) fn pair(name: &str) -> Tls {
+    // rustls 0.23.48 deprecates ring's provider (no post-quantum key exchange).
+    #[allow(deprecated)]
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let key = rcgen::generate_simple_self_signed(vec![name.to_string()]).unwrap();
+    let cert = key.cert.der().clone();
+    let private = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.signing_key.serialize_der()));
+    let mut server = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![cert.clone()], private)
+        .unwrap();
+    server.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(cert).unwrap();
+    let client = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Tls { acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(server)), client }
+}
