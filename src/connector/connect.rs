@@ -35,20 +35,7 @@ where
         // place.
         let ready = inner.clone();
         let connector = std::mem::replace(inner, ready);
-        let state = match entry {
-            Entry::Free => {
-                Connecting::Ready { connector, dst, hold: Hold { origin, dial: None }, yielded: false }
-            }
-            Entry::Dial(dial) => {
-                Connecting::Ready { connector, dst, hold: Hold { origin, dial: Some(dial) }, yielded: false }
-            }
-            Entry::Wait(dial) => {
-                let deadline = Deadline::at(dial.expires());
-                let waiting = Waiting { dial, key: None, served: false };
-                Connecting::Wait { waiting, deadline, connector, dst, origin }
-            }
-        };
-        ConnectFuture { state, owner: None }
+        ConnectFuture { state: Connecting::entered(entry, connector, dst, origin, false), owner: None }
     }
 }
 
@@ -91,6 +78,28 @@ enum Connecting<C: Service<Uri>> {
         yielded: bool,
     },
     Done,
+}
+
+impl<C: Service<Uri>> Connecting<C> {
+    /// Where the gate's `entry` sends a connect to `origin`'s `dst`, on
+    /// `connector` (made ready): it waits for another's dial, or is to dial
+    /// (yielding once first unless `yielded`), holding its own dial for
+    /// those who wait for it.
+    fn entered(entry: Entry, connector: C, dst: Uri, origin: Arc<DialOrigin>, yielded: bool) -> Self {
+        match entry {
+            Entry::Wait(dial) => Connecting::Wait {
+                deadline: Deadline::at(dial.expires()),
+                waiting: Waiting { dial, key: None, served: false },
+                connector,
+                dst,
+                origin,
+            },
+            Entry::Free => Connecting::Ready { connector, dst, hold: Hold { origin, dial: None }, yielded },
+            Entry::Dial(dial) => {
+                Connecting::Ready { connector, dst, hold: Hold { origin, dial: Some(dial) }, yielded }
+            }
+        }
+    }
 }
 
 /// A dial: its first attempt, and, for a dial others wait for, a second
@@ -263,35 +272,13 @@ where
                         Phase::Failed(failure) => return Poll::Ready(Err(Box::new(failure.error()))),
                         // In use, and this request was not handed it (or
                         // past the patience): its own connection.
-                        Phase::Serving => Connecting::Ready {
-                            connector,
-                            dst,
-                            hold: Hold { origin, dial: None },
-                            yielded: true,
-                        },
+                        Phase::Serving => Connecting::entered(Entry::Free, connector, dst, origin, true),
                         // Gone before it connected, or HTTP/1: through the
-                        // gate again.
-                        _ => match origin.enter() {
-                            Entry::Wait(dial) => Connecting::Wait {
-                                deadline: Deadline::at(dial.expires()),
-                                waiting: Waiting { dial, key: None, served: false },
-                                connector,
-                                dst,
-                                origin,
-                            },
-                            Entry::Free => Connecting::Ready {
-                                connector,
-                                dst,
-                                hold: Hold { origin, dial: None },
-                                yielded: true,
-                            },
-                            Entry::Dial(dial) => Connecting::Ready {
-                                connector,
-                                dst,
-                                hold: Hold { origin, dial: Some(dial) },
-                                yielded: true,
-                            },
-                        },
+                        // gate again (its first poll is long past).
+                        _ => {
+                            let entry = origin.enter();
+                            Connecting::entered(entry, connector, dst, origin, true)
+                        }
                     };
                 }
                 Connecting::Ready { yielded: yielded @ false, .. } => {
