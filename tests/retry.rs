@@ -763,6 +763,14 @@ fn assert_pool_error(what: &str, got: &Got, said: &str) {
     assert!(pool.source().is_none(), "{what}: the pool's error has no source of its own: {e:?}");
 }
 
+/// Asserts that B, sent again through the stack (`with`), was answered,
+/// and that the server processed its POST once.
+#[track_caller]
+fn assert_answered_once(with: &str, b: &Got, server: &RawH2) {
+    assert_eq!(b.as_ref().ok(), Some(&StatusCode::OK), "{with}: B goes again and is answered: {b:?}");
+    assert_eq!(b_processed(server), 1, "{with}: the server processed B once");
+}
+
 /// What hyper-util's pool error saying `pool` says, as [`said`] reads it.
 fn said_pool(pool: &str) -> Said {
     ("client error (Connect)".to_string(), Some(pool.to_string()))
@@ -838,8 +846,7 @@ async fn a_post_whose_checkout_was_handed_a_closed_connection_goes_again_and_is_
         let with = if retry { "the stack" } else { "the control (hyper-util alone)" };
         assert_eq!(a.as_ref().ok(), Some(&StatusCode::OK), "{with}: A is answered on its connection: {a:?}");
         if retry {
-            assert_eq!(b.as_ref().ok(), Some(&StatusCode::OK), "{with}: B goes again and is answered: {b:?}");
-            assert_eq!(b_processed(&server), 1, "{with}: the server processed B once");
+            assert_answered_once(with, &b, &server);
             assert!(dials.calls() >= 3, "{with}: B's second try dialed a connection of its own");
             assert_eq!(
                 *seen.lock().unwrap(),
@@ -922,8 +929,7 @@ async fn a_post_whose_connect_lost_the_alpn_lock_after_its_checkout_failed_goes_
         assert_eq!(a.as_ref().ok(), Some(&StatusCode::OK), "{with}: A is answered on its connection: {a:?}");
         assert_eq!(c.as_ref().ok(), Some(&StatusCode::OK), "{with}: C is answered on its connection: {c:?}");
         if retry {
-            assert_eq!(b.as_ref().ok(), Some(&StatusCode::OK), "{with}: B goes again and is answered: {b:?}");
-            assert_eq!(b_processed(&server), 1, "{with}: the server processed B once");
+            assert_answered_once(with, &b, &server);
             let alpn = ("client error (Canceled)".to_string(), Some("ALPN upgraded to HTTP/2".to_string()));
             assert_eq!(
                 *seen.lock().unwrap(),
@@ -1006,8 +1012,7 @@ async fn a_post_left_waiting_when_another_caller_gave_up_its_dial_goes_again_and
         };
         let with = if retry { "the stack" } else { "the control (hyper-util alone)" };
         if retry {
-            assert_eq!(b.as_ref().ok(), Some(&StatusCode::OK), "{with}: B goes again and is answered: {b:?}");
-            assert_eq!(b_processed(&server), 1, "{with}: the server processed B once");
+            assert_answered_once(with, &b, &server);
             assert_eq!(server.requests(), 1, "{with}: and nothing else (A never went)");
             assert_eq!(
                 *seen.lock().unwrap(),
@@ -1065,8 +1070,7 @@ async fn a_post_hyper_gave_back_unsent_on_a_fresh_connection_goes_again_and_is_p
         };
         let with = if retry { "the stack" } else { "the control (hyper-util alone)" };
         if retry {
-            assert_eq!(b.as_ref().ok(), Some(&StatusCode::OK), "{with}: B goes again and is answered: {b:?}");
-            assert_eq!(b_processed(&server), 1, "{with}: the server processed B once");
+            assert_answered_once(with, &b, &server);
             assert_eq!(dials.calls(), 2, "{with}: B's second try went on a new connection");
             let seen = seen.lock().unwrap();
             assert!(
