@@ -33,7 +33,7 @@
 mod support;
 mod tls;
 
-use tls::Tls;
+use tls::{Https, Tls};
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
@@ -100,18 +100,9 @@ fn https_uri(addr: SocketAddr) -> http::Uri {
     format!("https://{addr}/").parse().unwrap()
 }
 
-type Https = hyper_rustls::HttpsConnector<HttpConnector>;
-
 /// hyper-rustls' connector offering h2 and http/1.1 by ALPN.
 fn https(tls: &Tls) -> Https {
-    let mut http = HttpConnector::new();
-    http.set_nodelay(true);
-    http.enforce_http(false);
-    hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(tls.client.clone())
-        .https_only()
-        .enable_all_versions()
-        .wrap_connector(http)
+    tls::https(tls.client.clone(), false)
 }
 
 /// hyper-util alone: its `Client` at its defaults over hyper-rustls.
@@ -277,16 +268,7 @@ async fn with_http2_only_a_stuck_first_handshake_is_raced_and_holds_back_no_call
     const LIMIT: Duration = Duration::from_secs(3);
     let tls = tls();
     let (origin, _) = h2_origin(&tls).await;
-    let h2_only = || {
-        let mut http = HttpConnector::new();
-        http.set_nodelay(true);
-        http.enforce_http(false);
-        hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(tls.client.clone())
-            .https_only()
-            .enable_http2()
-            .wrap_connector(http)
-    };
+    let h2_only = || tls::https(tls.client.clone(), true);
 
     let proxy = StallProxy::start(origin, Stall::First).await;
     let client: Client<_, Empty<Bytes>> =

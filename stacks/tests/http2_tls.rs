@@ -23,6 +23,8 @@
 mod support;
 mod tls;
 
+use tls::Https;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -30,7 +32,6 @@ use bytes::Bytes;
 use drain_on_drop::{DrainOnDropLayer, Http2Connector, Reason, RetryRefusedLayer};
 use http_body_util::Empty;
 use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use tower::{Service, ServiceBuilder, ServiceExt};
 
@@ -94,18 +95,9 @@ async fn tls_server(len: usize) -> (u16, rustls::ClientConfig, Served) {
     (addr.port(), client, Served { accepted, requests: served.requests })
 }
 
-type Https = hyper_rustls::HttpsConnector<HttpConnector>;
-
 /// hyper-rustls' connector offering h2 and HTTP/1.1 by ALPN.
 fn https(tls: rustls::ClientConfig) -> Https {
-    let mut http = HttpConnector::new();
-    http.set_nodelay(true);
-    http.enforce_http(false);
-    hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(tls)
-        .https_only()
-        .enable_all_versions()
-        .wrap_connector(http)
+    tls::https(tls, false)
 }
 
 /// A patience beyond any handshake a loaded machine takes, for the tests

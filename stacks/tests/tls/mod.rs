@@ -6,6 +6,7 @@
 
 use std::sync::Arc;
 
+use hyper_util::client::legacy::connect::HttpConnector;
 use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
 
 /// The server's acceptor and the client's configuration.
@@ -37,4 +38,20 @@ pub(crate) fn pair(name: &str) -> Tls {
         .with_root_certificates(roots)
         .with_no_client_auth();
     Tls { acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(server)), client }
+}
+
+/// hyper-rustls' connector, as its users build it.
+pub(crate) type Https = hyper_rustls::HttpsConnector<HttpConnector>;
+
+/// hyper-rustls' connector over `client` (TCP_NODELAY), offering h2 and
+/// http/1.1 by ALPN, or h2 alone with `h2_only`.
+pub(crate) fn https(client: rustls::ClientConfig, h2_only: bool) -> Https {
+    let mut http = HttpConnector::new();
+    http.set_nodelay(true);
+    http.enforce_http(false);
+    let builder = hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(client).https_only();
+    match h2_only {
+        true => builder.enable_http2().wrap_connector(http),
+        false => builder.enable_all_versions().wrap_connector(http),
+    }
 }
