@@ -90,7 +90,7 @@ where
     // Every byte was delivered even if the caller did not poll past the last
     // frame (another body's end was seen in `poll_frame`).
     if hyper_body && inner.is_end_stream() {
-        return;
+        return ctx.ended();
     }
     let at = ctx.at_drop(if hyper_body { inner.size_hint() } else { ctx.remaining() });
     let (decision, decided_with) = policy::decide(ctx.shared(), &at, Instant::now());
@@ -163,9 +163,12 @@ where
 }
 
 impl<B> DrainBody<B> {
-    /// The caller reached the end: nothing is left to do at the drop.
+    /// The caller reached the end: nothing is left to do at the drop, and
+    /// the connection is idle.
     fn disarm(&mut self) {
-        self.armed = None;
+        if let Some(armed) = self.armed.take() {
+            armed.ctx.ended();
+        }
     }
 }
 

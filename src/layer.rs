@@ -4,6 +4,7 @@ use std::time::Duration;
 use http::Uri;
 use tower_layer::Layer;
 
+use crate::keepalive::IdleTimeout;
 use crate::observe::ObserveConnector;
 use crate::origin::{Estimates, OriginSnapshot};
 use crate::service::DrainOnDrop;
@@ -233,6 +234,53 @@ impl DrainOnDropLayer {
         self.config(|c| c.default_origin = Some(origin))
     }
 
+    /// How pooled HTTP/1 connections meet their servers' idle timeouts.
+    ///
+    /// A server closes a keep-alive connection that sat idle for its
+    /// timeout (Node 5 s, uvicorn and Apache 5 s, nginx 75 s, by default); a
+    /// request sent on it as it closes fails, unread by the server
+    /// (`IncompleteMessage`, sometimes `ConnectionReset`). The layer keeps
+    /// connections that hyper-util alone would close at each early drop, so
+    /// it keeps them clear of that race: with
+    /// [`IdleTimeout::Learned`](crate::IdleTimeout::Learned), **the
+    /// default**, it learns each origin's idle timeout from what its servers
+    /// say (`Keep-Alive: timeout=`, and `max=0`: no further request) and do
+    /// (a pooled connection closed while idle, which the
+    /// [`observe`](Self::observe) wrapper sees: **it needs the observer**),
+    /// and a pooled connection idle for nearly that long (less the origin's
+    /// round trip, the spread of the closes seen, and 25 ms or a 32nd of the
+    /// timeout) takes no further request: hyper-util sends that request on
+    /// another connection, before writing a byte of it. A connection idle
+    /// for less is reused as before. Nothing runs in between (no timer): the
+    /// check is made when a request comes. A shorter idle close relearns the
+    /// timeout at once; a longer one is learned when a connection stays
+    /// idle, unused, until its server closes it.
+    ///
+    /// What it cannot see: the first race with a server that says nothing,
+    /// before any idle close was seen ([`RetryRefused`](crate::RetryRefused)
+    /// above the layer sends a GET that lost it again), and a NAT or
+    /// balancer that drops an idle flow without a FIN. Set
+    /// [`IdleTimeout::Known`](crate::IdleTimeout::Known) with a time below
+    /// the shortest such timeout on the way to retire connections before
+    /// it, for every origin, or
+    /// [`IdleTimeout::Ignored`](crate::IdleTimeout::Ignored) to retire
+    /// none. [`origins`](Self::origins) shows what each origin learned
+    /// (`idle_timeout`, `retire_after`), and [`DrainStats::reuse`] counts the
+    /// connections `retired`. Default is `IdleTimeout::Learned`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// use drain_on_drop::{DrainOnDropLayer, IdleTimeout};
+    ///
+    /// // A balancer on the way drops idle flows after 60 s without a word.
+    /// let layer = DrainOnDropLayer::new().server_idle_timeout(IdleTimeout::Known(Duration::from_secs(60)));
+    /// # drop(layer);
+    /// ```
+    pub fn server_idle_timeout(self, idle_timeout: IdleTimeout) -> Self {
+        self.config(|c| c.idle_timeout = idle_timeout)
+    }
+
     /// Switches to adaptive budgets: per origin, drain only when reading the
     /// rest is expected to cost less than a new connection.
     ///
@@ -323,7 +371,8 @@ impl DrainOnDropLayer {
             // without spending a probe.
             let sized = sizing::for_origin(budgets, &est, round_trip, budgets.max_bytes(), None);
             let budget = sizing::depends_on_origin(budgets, &sized).then_some(sized.budget);
-            OriginSnapshot::new(origin.name(), &est, round_trip, budgets.adaptive(), budget)
+            let idle = self.shared.config.idle_timeout;
+            OriginSnapshot::new(&origin, &est, round_trip, budgets.adaptive(), budget, idle)
         };
         self.shared.origins.all().into_iter().map(snapshot).collect()
     }
@@ -441,10 +490,9 @@ mod tests {
             );
         }
         assert!(table_default(readme, "README.md", "stream_content_types").contains("gRPC"));
-        #[cfg(feature = "http2")]
         for (what, text) in [("README.md", readme), ("docs/GUIDE.md", guide)] {
             let stated = table_default(text, what, "RetryRefusedLayer::max_retries");
-            assert_eq!(stated, crate::http2::MAX_RETRIES.to_string(), "{what}: `max_retries`");
+            assert_eq!(stated, crate::retries::MAX_RETRIES.to_string(), "{what}: `max_retries`");
         }
     }
 }

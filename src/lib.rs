@@ -494,6 +494,7 @@ mod event;
 pub mod future;
 mod headers;
 mod http2;
+mod keepalive;
 mod layer;
 #[cfg(feature = "reqwest-middleware")]
 mod middleware;
@@ -507,7 +508,7 @@ mod policy;
 pub mod recipes {}
 mod request;
 mod response;
-#[cfg(feature = "http2")]
+mod retries;
 pub mod retry;
 mod roads;
 mod runtime;
@@ -525,11 +526,11 @@ pub use conn::Http1Sender;
 pub use conn::Http2Sender;
 #[cfg(feature = "http2")]
 pub use connector::{Http2Connection, Http2Connector};
+pub use keepalive::IdleTimeout;
 pub use layer::DrainOnDropLayer;
 pub use observe::{ConnectionReuse, ObserveConnector};
 pub use origin::{Adaptive, OriginSnapshot};
 pub use outcome::{Outcome, Reason};
-#[cfg(feature = "http2")]
 pub use retry::{RetryRefused, RetryRefusedLayer};
 pub use sending::Sending;
 pub use service::DrainOnDrop;

@@ -1,21 +1,26 @@
 //! The reuse observer: [`ObserveConnector`], a connector wrapper that tags each connection it
 //! opens, so every response tells whether it came on a new or a reused
-//! connection and how long that connection took to set up.
+//! connection and how long that connection took to set up; and, on HTTP/1,
+//! watches each connection's idle time, so that a pooled connection retires
+//! before its server's idle timeout and the origin learns that timeout
+//! (the rules are `keepalive.rs`'s).
 
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll, ready};
 use std::time::{Duration, Instant};
 
 use http::{Extensions, Uri};
-use hyper::rt::{Read, ReadBufCursor, Write};
+use hyper::rt::{Read, ReadBuf, ReadBufCursor, Write};
 use hyper_util::client::legacy::connect::{Connected, Connection};
 use pin_project_lite::pin_project;
 use tower_service::Service;
 
+use crate::keepalive::IdleTimeout;
+use crate::origin::Origin;
 use crate::stats::DrainStats;
 
 /// Which connection a response came on; inserted into every response's
@@ -48,29 +53,121 @@ pub struct ConnectionReuse {
 }
 
 /// What hyper-util copies into each response's extensions (private type, so
-/// nobody else can forge or read it).
-#[derive(Clone)]
-pub(crate) struct ConnectionTag(Arc<TagInner>);
+/// nobody else can forge or read it): the connection, and which of its
+/// requests the response answers.
+pub(crate) struct ConnectionTag {
+    inner: Arc<TagInner>,
+    /// Requests started on the connection when hyper-util copied the tag
+    /// into the response: hyper-util does so (`Connected`'s extras, set on
+    /// the response) before it gives the connection back to its pool, so
+    /// no later request has started: this is the response's request.
+    request: u32,
+}
+
+impl Clone for ConnectionTag {
+    fn clone(&self) -> Self {
+        ConnectionTag { inner: self.inner.clone(), request: self.inner.idle.sent.load(Ordering::Acquire) }
+    }
+}
 
 struct TagInner {
     id: u64,
     setup_time: Duration,
     responses: AtomicU64,
+    idle: ConnIdle,
+}
+
+/// What an HTTP/1 connection's read and write sides saw, for its
+/// keep-alive (`keepalive.rs`): when it last received a byte of a
+/// response, which request the layer saw answered to the end, and which
+/// the connection started since.
+struct ConnIdle {
+    opened: Instant,
+    /// Microseconds from `opened` to the last read of the connection while
+    /// it was not idle: the last byte of its last response, once it is.
+    last_read: AtomicU64,
+    /// Requests started: writes that followed a read (or none), counted by
+    /// the connection alone.
+    sent: AtomicU32,
+    /// The latest request whose response the layer saw end (its body read
+    /// to the end, drained, or none): the connection is idle while that is
+    /// the last one started. 0 before any (requests count from 1).
+    ended: AtomicU32,
+    /// The response's origin and the layer's setting, from the first
+    /// HTTP/1 response through the layer.
+    origin: OnceLock<(Arc<Origin>, IdleTimeout)>,
+    /// The server takes no further request (`Keep-Alive: max=0`).
+    last_request: AtomicBool,
+}
+
+impl ConnIdle {
+    fn new() -> Self {
+        ConnIdle {
+            opened: Instant::now(),
+            last_read: AtomicU64::new(0),
+            sent: AtomicU32::new(0),
+            ended: AtomicU32::new(0),
+            origin: OnceLock::new(),
+            last_request: AtomicBool::new(false),
+        }
+    }
+
+    fn now(&self) -> u64 {
+        self.opened.elapsed().as_micros().min(u128::from(u64::MAX)) as u64
+    }
+
+    /// Idle: the layer saw the response of the last request started end.
+    fn is_idle(&self) -> bool {
+        let sent = self.sent.load(Ordering::Acquire);
+        sent != 0 && self.ended.load(Ordering::Acquire) == sent
+    }
+
+    /// How long since the last byte of the last response.
+    fn idle_for(&self) -> Duration {
+        Duration::from_micros(self.now().saturating_sub(self.last_read.load(Ordering::Relaxed)))
+    }
 }
 
 impl ConnectionTag {
-    /// Counts one more response on the connection and describes it.
-    pub(crate) fn take(extensions: &mut Extensions) -> Option<ConnectionReuse> {
+    /// Counts one more response on the connection and describes it; the
+    /// tag goes on with the response, for [`ConnectionTag::http1`].
+    pub(crate) fn take(extensions: &mut Extensions) -> Option<(ConnectionReuse, ConnectionTag)> {
         let tag = extensions.remove::<ConnectionTag>()?;
-        let previous = tag.0.responses.fetch_add(1, Ordering::Relaxed);
+        let previous = tag.inner.responses.fetch_add(1, Ordering::Relaxed);
         let reuse = ConnectionReuse {
-            id: tag.0.id,
+            id: tag.inner.id,
             reused: previous > 0,
             previous_responses: previous,
-            setup_time: tag.0.setup_time,
+            setup_time: tag.inner.setup_time,
         };
         extensions.insert(reuse);
-        Some(reuse)
+        Some((reuse, tag))
+    }
+
+    /// An HTTP/1 response's head came on this connection, from `origin`,
+    /// through a layer whose setting is `setting`, and its server said
+    /// `said`: the connection keeps its origin (the first time), the origin
+    /// what was said, and a connection the server takes no further
+    /// request on retires when idle.
+    pub(crate) fn http1(&self, origin: &Arc<Origin>, setting: IdleTimeout, said: crate::keepalive::Said) {
+        let idle = &self.inner.idle;
+        if idle.origin.get().is_none() {
+            let _ = idle.origin.set((origin.clone(), setting));
+        }
+        if let Some(timeout) = said.timeout {
+            origin.idle().said(timeout);
+        }
+        if said.last_request() {
+            idle.last_request.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// The response's body ended (read to its end, drained, or none): the
+    /// connection is idle until its next request starts.
+    pub(crate) fn ended(&self) {
+        // The latest wins: a body read to its end after the next response's
+        // (its caller was slower) says nothing new.
+        self.inner.idle.ended.fetch_max(self.request, Ordering::AcqRel);
     }
 }
 
@@ -186,22 +283,43 @@ where
         let this = self.project();
         let io = ready!(this.inner.poll(cx))?;
         let id = this.stats.connection_opened();
-        let tag = ConnectionTag(Arc::new(TagInner {
+        let inner = Arc::new(TagInner {
             id,
             setup_time: this.started.elapsed(),
             responses: AtomicU64::new(0),
-        }));
-        Poll::Ready(Ok(ObservedConnection { inner: io, tag }))
+            idle: ConnIdle::new(),
+        });
+        let tag = ConnectionTag { inner, request: 0 };
+        Poll::Ready(Ok(ObservedConnection {
+            inner: io,
+            tag,
+            stats: this.stats.clone(),
+            read_since_write: true,
+            retired: false,
+        }))
     }
 }
 
 pin_project! {
     /// A connection opened by [`ObserveConnector`]: the wrapped connector's
     /// I/O, unchanged, plus the tag hyper-util copies into each response.
+    ///
+    /// On HTTP/1 it also watches how long the connection sits idle in the
+    /// pool: its server's idle closes teach the origin its idle timeout, and
+    /// a connection idle for nearly that long ends its read side when
+    /// hyper-util hands it a request, before hyper writes a byte of it, so
+    /// the request goes on another connection (see
+    /// [`DrainOnDropLayer::server_idle_timeout`](crate::DrainOnDropLayer::server_idle_timeout)).
     pub struct ObservedConnection<T> {
         #[pin]
         inner: T,
         tag: ConnectionTag,
+        stats: DrainStats,
+        // The last thing the connection did was a read (or nothing): its
+        // next write starts a request.
+        read_since_write: bool,
+        // Its read side was ended here, before its server's idle close.
+        retired: bool,
     }
 }
 
@@ -214,7 +332,7 @@ impl<T> ObservedConnection<T> {
 
 impl<T> fmt::Debug for ObservedConnection<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ObservedConnection").field("id", &self.tag.0.id).finish_non_exhaustive()
+        f.debug_struct("ObservedConnection").field("id", &self.tag.inner.id).finish_non_exhaustive()
     }
 }
 
@@ -228,15 +346,85 @@ impl<T: Read> Read for ObservedConnection<T> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-        buf: ReadBufCursor<'_>,
+        mut buf: ReadBufCursor<'_>,
     ) -> Poll<std::io::Result<()>> {
-        self.project().inner.poll_read(cx, buf)
+        let this = self.project();
+        let idle = &this.tag.inner.idle;
+        if *this.retired {
+            return Poll::Ready(Ok(()));
+        }
+        if !idle.is_idle() {
+            // A response on its way (or HTTP/2, whose responses never end
+            // here): its bytes go straight to hyper.
+            let read = ready!(this.inner.poll_read(cx, buf));
+            idle.last_read.store(idle.now(), Ordering::Relaxed);
+            *this.read_since_write = true;
+            return Poll::Ready(read);
+        }
+        // Idle: a read here sees the server's close, or bytes nobody asked
+        // for (a TLS alert when observed below TLS), a few at a time, so
+        // that a close is told from bytes.
+        let mut scratch = [0u8; 64];
+        let room = buf.remaining().min(scratch.len());
+        let mut read = ReadBuf::new(&mut scratch[..room]);
+        match this.inner.poll_read(cx, read.unfilled()) {
+            Poll::Ready(Ok(())) if !read.filled().is_empty() => {
+                buf.put_slice(read.filled());
+                *this.read_since_write = true;
+                Poll::Ready(Ok(()))
+            }
+            Poll::Ready(closed) => {
+                let by_server =
+                    closed.as_ref().map_or_else(|e| crate::keepalive::is_close(e.kind()), |()| true);
+                if by_server && let Some((origin, _)) = idle.origin.get() {
+                    origin.idle().closed_after(idle.idle_for());
+                }
+                Poll::Ready(closed)
+            }
+            Poll::Pending => {
+                if !retires(idle) {
+                    return Poll::Pending;
+                }
+                // Before its server's idle close: ended here, so that hyper
+                // gives the request it was handed back to hyper-util unsent.
+                *this.retired = true;
+                this.stats.connection_retired();
+                if let Some((origin, _)) = idle.origin.get() {
+                    origin.idle().retired();
+                }
+                Poll::Ready(Ok(()))
+            }
+        }
+    }
+}
+
+/// Whether an idle connection is to take no further request: its server
+/// said so, or it was idle for its origin's `retire_after`.
+fn retires(idle: &ConnIdle) -> bool {
+    let Some((origin, setting)) = idle.origin.get() else { return false };
+    if idle.last_request.load(Ordering::Relaxed) {
+        return true;
+    }
+    origin.idle().retire_after(*setting, origin.round_trip()).is_some_and(|after| idle.idle_for() >= after)
+}
+
+impl<T> ObservedConnection<T> {
+    /// Hyper writes: the first write after a read starts a request.
+    fn writing(self: Pin<&mut Self>) -> Pin<&mut T> {
+        let this = self.project();
+        if std::mem::take(this.read_since_write) {
+            this.tag.inner.idle.sent.fetch_add(1, Ordering::AcqRel);
+        }
+        this.inner
     }
 }
 
 impl<T: Write> Write for ObservedConnection<T> {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
-        self.project().inner.poll_write(cx, buf)
+        if buf.is_empty() {
+            return self.project().inner.poll_write(cx, buf);
+        }
+        self.writing().poll_write(cx, buf)
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
@@ -256,6 +444,9 @@ impl<T: Write> Write for ObservedConnection<T> {
         cx: &mut Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
-        self.project().inner.poll_write_vectored(cx, bufs)
+        if bufs.iter().all(|b| b.is_empty()) {
+            return self.project().inner.poll_write_vectored(cx, bufs);
+        }
+        self.writing().poll_write_vectored(cx, bufs)
     }
 }

@@ -15,6 +15,7 @@ use crate::event::{self, Trace};
 use crate::headers::RequestSays;
 use crate::origin::Origin;
 use crate::shared::Shared;
+use crate::stats::SentAgain;
 
 /// What `call` learns from the request, for its response's body.
 pub(crate) struct RequestInfo {
@@ -95,7 +96,7 @@ impl RequestInfo {
         RequestInfo {
             shared: Arc::clone(shared),
             says: RequestSays::read(headers),
-            budget: if extensions.is_empty() { None } else { extensions.get::<DrainBudget>().copied() },
+            budget: if extensions.is_empty() { None } else { read_extensions(shared, extensions) },
             trace,
             origin,
             sent_at: Some(Instant::now()),
@@ -119,6 +120,15 @@ impl RequestInfo {
             captured: None,
         }
     }
+}
+
+/// What a request's extensions say: its own [`DrainBudget`], and whether
+/// `RetryRefused` sends it again (counted: `sent_again`).
+fn read_extensions(shared: &Shared, extensions: &Extensions) -> Option<DrainBudget> {
+    if extensions.get::<SentAgain>().is_some() {
+        shared.stats.sent_again();
+    }
+    extensions.get::<DrainBudget>().copied()
 }
 
 /// The origin of a request for `uri`: the service's last one when it is

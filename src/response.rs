@@ -14,8 +14,9 @@ use tokio::runtime::Handle;
 use crate::budget::DrainBudget;
 use crate::event::{OriginView, Report, Trace};
 use crate::headers;
+use crate::keepalive::{IdleTimeout, Said};
 use crate::observe::ConnectionTag;
-use crate::origin::OriginAt;
+use crate::origin::{Origin, OriginAt};
 use crate::outcome::Reason;
 use crate::policy::AtDrop;
 use crate::request::RequestInfo;
@@ -43,6 +44,9 @@ pub(crate) struct DropContext {
     http2: bool,
     /// The runtime the response arrived on, if any: where its drain waits.
     runtime: Option<Handle>,
+    /// The HTTP/1 connection it came on, as an observer tagged it: idle
+    /// once the body ended ([`ended`](Self::ended)).
+    conn: Option<ConnectionTag>,
 }
 
 /// The response head arrived for `request`: everything the layer does then.
@@ -50,12 +54,14 @@ pub(crate) struct DropContext {
 /// `Content-Length: 0`): no state, nothing at the drop.
 pub(crate) fn at_response<B: Body>(response: &mut Response<B>, request: RequestInfo) -> Option<DropContext> {
     let shared = request.shared;
-    let reuse =
+    let tagged =
         if shared.stats.is_observed() { ConnectionTag::take(response.extensions_mut()) } else { None };
+    let reuse = tagged.as_ref().map(|(reuse, _)| *reuse);
     if let Some(conn) = reuse {
         shared.stats.response(conn.reused);
     }
     let observed = reuse.map(|conn| (conn.reused, conn.setup_time));
+    let conn = tagged.and_then(|(_, tag)| keep_alive(&shared, response, request.origin.as_ref(), tag));
     #[cfg(feature = "http2")]
     if response.version() >= Version::HTTP_2 {
         links(response, request.origin.as_deref(), request.captured);
@@ -77,6 +83,9 @@ pub(crate) fn at_response<B: Body>(response: &mut Response<B>, request: RequestI
         shared.warn_unobserved_once();
     }
     if response.body().is_end_stream() {
+        if let Some(conn) = conn {
+            conn.ended();
+        }
         return None;
     }
     let declared = response.body().size_hint();
@@ -99,7 +108,27 @@ pub(crate) fn at_response<B: Body>(response: &mut Response<B>, request: RequestI
         warm: reuse.is_some_and(|conn| conn.reused),
         http2: response.version() >= Version::HTTP_2,
         runtime: Handle::try_current().ok(),
+        conn,
     })
+}
+
+/// An HTTP/1 response on an observed connection, from `origin`: what its
+/// server said of its idle timeout goes to the origin and the connection,
+/// and the connection's tag stays with the response, to mark it idle when
+/// the body ends (`keepalive.rs`). `None` on HTTP/2 and when the layer
+/// ignores idle timeouts.
+fn keep_alive<B>(
+    shared: &Shared,
+    response: &Response<B>,
+    origin: Option<&Arc<Origin>>,
+    tag: ConnectionTag,
+) -> Option<ConnectionTag> {
+    let setting = shared.config.idle_timeout;
+    if response.version() >= Version::HTTP_2 || setting == IdleTimeout::Ignored {
+        return None;
+    }
+    tag.http1(origin?, setting, Said::read(response.headers()));
+    Some(tag)
 }
 
 /// An HTTP/2 response: if it came on an `Http2Connector`'s connection that
@@ -136,6 +165,14 @@ impl DropContext {
             read: self.caller_read,
             unwinding: std::thread::panicking(),
             http2: self.http2,
+        }
+    }
+
+    /// The whole body arrived and was read or drained: its connection is
+    /// idle until its next request (`keepalive.rs`).
+    pub(crate) fn ended(&self) {
+        if let Some(conn) = &self.conn {
+            conn.ended();
         }
     }
 

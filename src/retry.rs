@@ -179,7 +179,8 @@ use pin_project_lite::pin_project;
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::http2;
+use crate::retries;
+use crate::stats::SentAgain;
 use crate::timer::Deadline;
 
 /// Wraps a client service in [`RetryRefused`]: a request that failed before
@@ -199,7 +200,7 @@ impl RetryRefusedLayer {
     /// [module](self) for which): the first at once, then after 25 ms,
     /// doubling.
     pub fn new() -> Self {
-        RetryRefusedLayer { max_retries: http2::MAX_RETRIES }
+        RetryRefusedLayer { max_retries: retries::MAX_RETRIES }
     }
 
     /// How many times one request may be sent again. The first retry goes
@@ -363,7 +364,8 @@ where
                         Ok(response) => return Poll::Ready(Ok(response)),
                         Err(error) => error,
                     };
-                    let failure = http2::after_failure(&error);
+                    let failure = retries::after_failure(&error);
+                    #[cfg(feature = "http2")]
                     if let Some(connected) = failure.punished {
                         crate::connector::punished(connected);
                     }
@@ -378,7 +380,7 @@ where
                         %error,
                         "the request failed before its response: sending it again"
                     );
-                    let delay = http2::retry_delay(*this.retries);
+                    let delay = retries::retry_delay(*this.retries);
                     this.state.set(if delay.is_zero() {
                         State::Ready
                     } else {
@@ -392,10 +394,12 @@ where
                 StateProj::Ready => {
                     ready!(this.service.poll_ready(cx))?;
                     // The last try takes the copy; earlier ones send a copy of it.
-                    let request = match this.copy.as_ref() {
+                    let mut request = match this.copy.as_ref() {
                         Some(copy) if *this.retries < *this.max_retries => replay(copy),
                         _ => this.copy.take().expect("a retry has its copy"),
                     };
+                    // Counted by a `DrainOnDrop` below (`sent_again`).
+                    request.extensions_mut().insert(SentAgain);
                     this.state.set(State::Sent { future: this.service.call(request) });
                 }
             }

@@ -6,6 +6,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use crate::keepalive::IdleTimeout;
 use crate::origin::Origins;
 use crate::sizing;
 use crate::stats::DrainStats;
@@ -29,6 +30,9 @@ pub(crate) struct Config {
     pub(crate) stream_types: Arc<[String]>,
     /// The origin of requests that name none (`default_origin`).
     pub(crate) default_origin: Option<http::Uri>,
+    /// How pooled HTTP/1 connections meet their servers' idle timeouts
+    /// (`server_idle_timeout`).
+    pub(crate) idle_timeout: IdleTimeout,
 }
 
 impl Default for Config {
@@ -39,6 +43,7 @@ impl Default for Config {
             max_concurrent_drains: 1024,
             stream_types: Arc::from(DEFAULT_STREAM_TYPES.iter().map(|t| t.to_string()).collect::<Vec<_>>()),
             default_origin: None,
+            idle_timeout: IdleTimeout::Learned,
         }
     }
 }

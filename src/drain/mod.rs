@@ -193,6 +193,9 @@ impl<B> Drain<B> {
             return;
         }
         self.recorded = true;
+        if reason == Reason::EndOfBody {
+            self.ctx.ended();
+        }
         let elapsed = self.allowance.dropped_at.elapsed();
         self.teach_the_origin(reason);
         self.ctx.record(reason, self.bytes, elapsed, self.view);

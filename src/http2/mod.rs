@@ -105,7 +105,7 @@ mod retries;
 use std::time::Duration;
 
 #[cfg(feature = "http2")]
-pub(crate) use self::retries::{DialFailed, MAX_RETRIES, Superseded, after_failure, retry_delay};
+pub(crate) use self::retries::{DialFailed, Superseded, h2_failure};
 
 use crate::outcome::Reason;
 

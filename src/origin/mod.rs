@@ -19,6 +19,7 @@ pub(crate) use key::OriginKey;
 pub(crate) use table::Origins;
 
 use crate::budget::DrainBudget;
+use crate::keepalive::OriginIdle;
 
 /// One origin: its name, what the layer measured about it, and the drain
 /// slots its drains hold. Shared by the table and by the requests, responses and drains of
@@ -38,6 +39,8 @@ pub(crate) struct Origin {
     epoch: Instant,
     /// Drains of this origin holding a slot under `max_concurrent_drains`.
     drains: AtomicUsize,
+    /// What its HTTP/1 servers said and did of their idle timeout.
+    idle: OriginIdle,
     /// One of its HTTP/2 responses came on an `Http2Connector`'s connection
     /// that does not yet have hyper-util's view of itself (through which it
     /// moves on, `connector::Link`): the next request's connection is
@@ -56,6 +59,7 @@ impl Origin {
             heads: heads::HeadTimes::default(),
             epoch: Instant::now(),
             drains: AtomicUsize::new(0),
+            idle: OriginIdle::default(),
             #[cfg(feature = "http2")]
             wants_capture: AtomicBool::new(false),
         }
@@ -76,6 +80,12 @@ impl Origin {
         if self.wants_capture.load(Ordering::Relaxed) != wanted {
             self.wants_capture.store(wanted, Ordering::Relaxed);
         }
+    }
+
+    /// What its HTTP/1 servers said and did of their idle timeout
+    /// (`keepalive.rs`).
+    pub(crate) fn idle(&self) -> &OriginIdle {
+        &self.idle
     }
 
     /// Takes one of this origin's `share` of the drain slots, or says no.
@@ -198,18 +208,39 @@ pub struct OriginSnapshot {
     pub new_connections: u64,
     /// Responses on reused connections (counted with an observer).
     pub reused_responses: u64,
+    /// How long the origin's HTTP/1 servers keep an idle connection, as the
+    /// layer knows it: its latest idle close seen, capped by what a server
+    /// said (`Keep-Alive: timeout=`) plus a second; what a server said,
+    /// before any close; the time set with
+    /// [`IdleTimeout::Known`](crate::IdleTimeout::Known). `None` while
+    /// nothing is known. See
+    /// [`DrainOnDropLayer::server_idle_timeout`](crate::DrainOnDropLayer::server_idle_timeout).
+    pub idle_timeout: Option<Duration>,
+    /// The idle time after which a pooled HTTP/1 connection to the origin
+    /// takes no further request: `idle_timeout` less the round trip, the
+    /// spread of the idle closes seen and a margin (25 ms, or a 32nd of the
+    /// timeout if more). `None`: none retires.
+    pub retire_after: Option<Duration>,
+    /// Connections of the origin its servers closed while idle, as the
+    /// observer saw.
+    pub idle_closes: u64,
+    /// Connections of the origin retired before their server's idle close
+    /// (also counted in [`ReuseSnapshot::retired`](crate::ReuseSnapshot::retired)).
+    pub retired: u64,
 }
 
 impl OriginSnapshot {
     /// `origin`'s estimates, in adaptive mode when `adaptive`, with the
     /// budget it gets now.
     pub(crate) fn new(
-        origin: String,
+        origin: &Origin,
         est: &Estimates,
         round_trip: Option<Duration>,
         adaptive: bool,
         budget: Option<DrainBudget>,
+        idle: crate::keepalive::IdleTimeout,
     ) -> Self {
+        let (idle_timeout, idle_closes, retired) = origin.idle.snapshot(idle);
         let adaptive = match (adaptive, est.setup_cost(), est.unobserved_responses()) {
             (false, ..) => Adaptive::Off,
             (true, Some(_), _) => Adaptive::Measured,
@@ -218,13 +249,17 @@ impl OriginSnapshot {
         };
         OriginSnapshot {
             adaptive,
-            origin,
+            origin: origin.name(),
             round_trip,
             setup_cost: est.setup_cost(),
             throughput: est.throughput().map(|v| v as u64),
             budget,
             new_connections: est.new_connections(),
             reused_responses: est.reused_responses(),
+            idle_timeout,
+            retire_after: origin.idle.retire_after(idle, round_trip),
+            idle_closes,
+            retired,
         }
     }
 }

@@ -15,6 +15,12 @@ use crate::timer::Deadline;
 mod idle;
 use idle::{Idle, IdleWaiter};
 
+/// In the extensions of a request that `RetryRefused` sends again: the
+/// layer below counts it ([`ReuseSnapshot::sent_again`]). Private: nobody
+/// else can insert it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SentAgain;
+
 #[derive(Default)]
 struct Counters {
     /// Early drops by reason, indexed by [`Reason::index`].
@@ -28,6 +34,8 @@ struct Counters {
     requests: AtomicU64,
     reused: AtomicU64,
     connections_opened: AtomicU64,
+    retired: AtomicU64,
+    sent_again: AtomicU64,
     /// An `ObserveConnector` counts into these stats: responses carry its tag.
     observed: std::sync::atomic::AtomicBool,
     /// Who waits for `in_flight` to reach 0.
@@ -205,6 +213,15 @@ pub struct ReuseSnapshot {
     pub reused: u64,
     /// Connections opened by observers counting into these stats.
     pub connections_opened: u64,
+    /// Of `connections_opened`: HTTP/1 connections retired before their
+    /// server's idle timeout (see
+    /// [`DrainOnDropLayer::server_idle_timeout`](crate::DrainOnDropLayer::server_idle_timeout)):
+    /// each took no further request, which went on another connection.
+    pub retired: u64,
+    /// Requests a [`RetryRefused`](crate::RetryRefused) above the layer sent
+    /// again after a failure (each try after the first, counted as it goes
+    /// through the layer; with or without an observer).
+    pub sent_again: u64,
 }
 
 impl ReuseSnapshot {
@@ -214,6 +231,8 @@ impl ReuseSnapshot {
             requests: self.requests.saturating_sub(earlier.requests),
             reused: self.reused.saturating_sub(earlier.reused),
             connections_opened: self.connections_opened.saturating_sub(earlier.connections_opened),
+            retired: self.retired.saturating_sub(earlier.retired),
+            sent_again: self.sent_again.saturating_sub(earlier.sent_again),
         }
     }
 }
@@ -317,7 +336,19 @@ impl DrainStats {
             requests: c.requests.load(Ordering::Relaxed),
             reused: c.reused.load(Ordering::Relaxed),
             connections_opened: c.connections_opened.load(Ordering::Relaxed),
+            retired: c.retired.load(Ordering::Relaxed),
+            sent_again: c.sent_again.load(Ordering::Relaxed),
         }
+    }
+
+    /// An observed connection was retired before its server's idle close.
+    pub(crate) fn connection_retired(&self) {
+        self.counters.retired.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A request came through the layer again, sent by `RetryRefused`.
+    pub(crate) fn sent_again(&self) {
+        self.counters.sent_again.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Notes that an observer counts into these stats.

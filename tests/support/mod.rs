@@ -16,6 +16,7 @@
 #![allow(dead_code, unreachable_pub)]
 
 pub mod h2;
+pub mod idle;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -196,6 +197,24 @@ impl RawServer {
 impl Drop for RawServer {
     fn drop(&mut self) {
         self.task.abort();
+    }
+}
+
+/// A listener on `addr` (a port a server of the test listened on before:
+/// a restart), with `SO_REUSEADDR`; tried again for a while if the port is
+/// in use (an outgoing connection of another test may hold it briefly).
+pub async fn retry_bind(addr: SocketAddr) -> TcpListener {
+    let deadline = Instant::now() + SLACK;
+    loop {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_reuseaddr(true).unwrap();
+        match socket.bind(addr).and_then(|()| socket.listen(128)) {
+            Ok(listener) => return listener,
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            Err(e) => panic!("listening on {addr}: {e}"),
+        }
     }
 }
 
