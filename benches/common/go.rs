@@ -197,6 +197,87 @@ pub fn parse(line: &str, mode: &str) -> Option<GoRun> {
     })
 }
 
+/// One trial of `goclient keepalive`, as it reported it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GoKeepaliveTrial {
+    /// The second request's method.
+    pub method: String,
+    /// Where the second request went, from the measured close.
+    pub offset_us: i64,
+    /// The second request's id.
+    pub id: u64,
+    /// Connections the trial's client dialed.
+    pub connections: usize,
+    /// Connections the second request was given (more than one: the
+    /// Transport sent it again).
+    pub attempts: usize,
+    /// `Ok`, or the second request's error (`first: ...` when the first
+    /// failed).
+    pub result: Result<(), String>,
+}
+
+/// The keep-alive race (`goclient keepalive`): `trials` trials per method
+/// of `methods` (interleaved), started `stagger` apart and run in parallel,
+/// each on a client of its own: a GET of `base_url?id=B+2k` closed unread,
+/// then the method's request (`id=B+2k+1`) at `close` + the trial's offset
+/// after the first response, offsets taken in turn from `offsets_us`.
+#[allow(clippy::too_many_arguments)]
+pub fn keepalive(
+    bin: &Path,
+    base_url: &str,
+    close: Duration,
+    offsets_us: &[i64],
+    methods: &[&str],
+    trials: usize,
+    stagger: Duration,
+    id_base: u64,
+) -> Result<(GoRun, Vec<GoKeepaliveTrial>), BoxError> {
+    let mut cmd = Command::new(bin);
+    let offsets: Vec<String> = offsets_us.iter().map(|o| o.to_string()).collect();
+    cmd.args(["keepalive", "-url", base_url, "-close-ms", &format!("{:.3}", close.as_secs_f64() * 1e3)]);
+    cmd.args(["-offsets-us", &offsets.join(","), "-methods", &methods.join(",")]);
+    cmd.args(["-trials", &trials.to_string(), "-stagger-ms", &format!("{:.3}", stagger.as_secs_f64() * 1e3)]);
+    cmd.args(["-id-base", &id_base.to_string()]);
+    let out = cmd.output().map_err(|e| format!("running {cmd:?}: {e}"))?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        return Err(format!("{cmd:?} failed ({}): {}", out.status, stderr.trim()).into());
+    }
+    let line = stdout.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or_default();
+    parse_keepalive(line).ok_or_else(|| format!("{cmd:?} printed no keepalive result: {stdout:?}").into())
+}
+
+/// Reads the line of `goclient keepalive`: [`parse`]'s keys (`sent` for
+/// `requests`) and `trials`, `METHOD,offset_us,id,connections,attempts,result`
+/// separated by `;`.
+pub fn parse_keepalive(line: &str) -> Option<(GoRun, Vec<GoKeepaliveTrial>)> {
+    if string(line, "mode")? != "keepalive" {
+        return None;
+    }
+    let run = GoRun {
+        sent: number(line, "sent")? as usize,
+        failed: number(line, "failed")? as usize,
+        elapsed: Duration::from_secs_f64(number(line, "elapsed_ms")? / 1e3),
+        first_error: string(line, "first_error").filter(|e| !e.is_empty()),
+    };
+    let mut trials = Vec::new();
+    for entry in string(line, "trials")?.split(';').filter(|e| !e.is_empty()) {
+        let mut fields = entry.splitn(6, ',');
+        let method = fields.next()?.to_string();
+        let offset_us = fields.next()?.parse().ok()?;
+        let id = fields.next()?.parse().ok()?;
+        let connections = fields.next()?.parse().ok()?;
+        let attempts = fields.next()?.parse().ok()?;
+        let result = match fields.next()? {
+            "ok" => Ok(()),
+            error => Err(error.to_string()),
+        };
+        trials.push(GoKeepaliveTrial { method, offset_us, id, connections, attempts, result });
+    }
+    Some((run, trials))
+}
+
 /// What follows `"key":`.
 fn value<'a>(line: &'a str, key: &str) -> Option<&'a str> {
     let at = line.find(&format!("\"{key}\":"))?;
@@ -278,5 +359,21 @@ mod tests {
         let run = parse(endless, "endless").expect("endless line");
         assert_eq!((run.sent, run.failed, run.first_error), (34, 0, None));
         assert_eq!(run.elapsed, Duration::from_micros(528));
+    }
+}
+
+/// Run by hand as [`tests`] is.
+#[cfg(test)]
+mod keepalive_tests {
+    #[test]
+    fn parses_the_keepalive_line() {
+        let line = r#"{"mode":"keepalive","sent":3,"failed":1,"elapsed_ms":1301.5,"trials":"GET,-500,101,1,1,ok;POST,500,103,2,1,Post 'http://127.0.0.1:1/ka?id=103': EOF;GET,1500,105,2,2,ok","first_error":"Post \"http://127.0.0.1:1/ka?id=103\": EOF"}"#;
+        let (run, trials) = super::parse_keepalive(line).expect("keepalive line");
+        assert_eq!((run.sent, run.failed), (3, 1));
+        assert_eq!(trials.len(), 3);
+        assert_eq!((trials[0].method.as_str(), trials[0].offset_us, trials[0].id), ("GET", -500, 101));
+        assert_eq!(trials[1].result, Err("Post 'http://127.0.0.1:1/ka?id=103': EOF".to_string()));
+        assert_eq!((trials[2].connections, trials[2].attempts, trials[2].result.clone()), (2, 2, Ok(())));
+        assert_eq!(super::parse_keepalive(r#"{"mode":"h2","sent":1}"#), None);
     }
 }

@@ -24,6 +24,11 @@
 //! - [`faults`]: the http2 bench's fault cells: a proxy stalling a share of
 //!   handshakes, a listener failing every dial, and their runs (latency
 //!   percentiles, last failure, memory).
+//! - [`h1servers`]: the keepalive bench's HTTP/1.1 servers with a 1 s idle
+//!   timeout (Node, nginx, Go's net/http, Apache, uvicorn), each recording
+//!   the requests it read.
+//! - [`keepalive`]: the keepalive bench's race: idle-close probes, trials
+//!   and their figures.
 //! - [`run`]: sequential and concurrent request loops and their outcome.
 //! - [`table`]: Markdown tables.
 //!
@@ -35,8 +40,10 @@ pub mod client;
 pub mod faults;
 pub mod frames;
 pub mod go;
+pub mod h1servers;
 pub mod h2;
 pub mod h2report;
+pub mod keepalive;
 pub mod proxy;
 pub mod run;
 pub mod server;

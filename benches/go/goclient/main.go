@@ -6,6 +6,7 @@
 //	goclient far -url URL -n N [-read-one] -ca CA.pem -servername localhost
 //	goclient h2 -url URL -callers C -n N -secs S [-ca CA.pem -servername localhost [-alpn]] [-timeout D] [-latency]
 //	goclient endless -drop-url URL -drops D -url URL
+//	goclient keepalive -url URL -close-ms F -offsets-us O,O,... [-methods GET,POST] [-trials N] [-stagger-ms S] [-id-base B]
 //
 // seq: N sequential GETs over HTTP/1.1, plain for an http:// URL, TLS for
 // an https:// URL (trusting CA.pem). Each response's status is checked and
@@ -44,6 +45,24 @@
 // GET of -url; elapsed_ms is that last request's time from sending to its
 // head (60 s at most: then it fails), sent is D + 1.
 //
+// keepalive: the keep-alive race of the keepalive bench. N trials per
+// method (-methods, interleaved), started -stagger-ms apart and run in
+// parallel; trial k (counting across methods) has a client (a clone of
+// http.DefaultTransport, HTTP/1.1 only) of its own, sends GET URL?id=B+2k
+// and closes its body unread (Go drains it in the background), then sends
+// METHOD URL?id=B+2k+1 (POST with a small body) at the instant the first
+// response arrived + F ms (the server's measured idle close) + its offset,
+// offsets taken in turn from -offsets-us (microseconds); it sleeps to 3 ms
+// before that instant, then spins. Both requests carry their id in an
+// x-request-id header too. The line's "trials" string gives each trial as
+// "METHOD,offset_us,id,connections,attempts,result" separated by ";":
+// connections the client dialed (httptrace ConnectDone without error),
+// attempts the connections the second request was given (GotConn: more than
+// one when the Transport sent it again), and result "ok" or the second
+// request's error (",", ";" and quotes replaced), "first: ERROR" when the
+// first request failed; sent is the number of trials, failed those whose
+// second request failed.
+//
 // No Client.Timeout (its timer would cancel the request, and so the
 // background drain, at Close); one deadline for the whole run instead, as a
 // guard against a hung run. Prints one JSON line on stdout; exits 0 unless
@@ -60,6 +79,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"net/http/httptrace"
 	"os"
 	"slices"
 	"strconv"
@@ -82,6 +102,8 @@ type result struct {
 	LastFailureMs *float64 `json:"last_failure_ms,omitempty"`
 	RssGrowthKib  *int64   `json:"rss_growth_kib,omitempty"`
 	MaxRssKib     *int64   `json:"max_rss_kib,omitempty"`
+	// keepalive only: one entry per trial (see keepalive).
+	Trials string `json:"trials,omitempty"`
 	// Last: the only free text (the benches read the keys before it).
 	FirstError string `json:"first_error"`
 }
@@ -308,6 +330,115 @@ func endless(args []string) result {
 	return result{Mode: "endless", Sent: &sent, Failed: errs.failed, ElapsedMs: millis(elapsed), FirstError: errs.first}
 }
 
+func keepalive(args []string) result {
+	fs := flag.NewFlagSet("keepalive", flag.ExitOnError)
+	url := fs.String("url", "", "URL of the 64 KiB responses (http:// only); ?id=N is appended")
+	closeMs := fs.Float64("close-ms", 0, "the server's idle close, from the end of a response (ms)")
+	offsetsArg := fs.String("offsets-us", "", "offsets from the close, in microseconds, comma separated")
+	methodsArg := fs.String("methods", "GET,POST", "methods of the second request, comma separated")
+	trials := fs.Int("trials", 72, "trials per method")
+	staggerMs := fs.Float64("stagger-ms", 60, "time between the starts of two trials (ms)")
+	idBase := fs.Int64("id-base", 1, "the first id")
+	fs.Parse(args)
+	var offsets []time.Duration
+	for _, o := range strings.Split(*offsetsArg, ",") {
+		us, err := strconv.ParseInt(strings.TrimSpace(o), 10, 64)
+		if err != nil {
+			usage("keepalive: -offsets-us: " + err.Error())
+		}
+		offsets = append(offsets, time.Duration(us)*time.Microsecond)
+	}
+	methods := strings.Split(*methodsArg, ",")
+	if !strings.HasPrefix(*url, "http://") || *closeMs <= 0 || *trials < 1 || *staggerMs <= 0 || len(offsets) == 0 {
+		usage("keepalive needs -url http://..., -close-ms > 0, -offsets-us, -trials >= 1 and -stagger-ms > 0")
+	}
+	closeAfter := time.Duration(*closeMs * float64(time.Millisecond))
+	stagger := time.Duration(*staggerMs * float64(time.Millisecond))
+	n := *trials * len(methods)
+	lines := make([]string, n)
+	var errs failures
+	var wg sync.WaitGroup
+	start := time.Now()
+	for k := 0; k < n; k++ {
+		method := methods[k%len(methods)]
+		offset := offsets[(k/len(methods))%len(offsets)]
+		id := *idBase + 2*int64(k)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			time.Sleep(time.Until(start.Add(time.Duration(k) * stagger)))
+			conns, attempts, err := keepaliveTrial(*url, method, id, closeAfter+offset)
+			res := "ok"
+			if err != nil {
+				errs.add(err)
+				res = strings.NewReplacer(",", " ", ";", " ", `"`, "'").Replace(err.Error())
+			}
+			lines[k] = fmt.Sprintf("%s,%d,%d,%d,%d,%s", method, offset.Microseconds(), id+1, conns, attempts, res)
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	sent := int64(n)
+	r := result{Mode: "keepalive", Sent: &sent, Failed: errs.failed, ElapsedMs: millis(elapsed), FirstError: errs.first}
+	r.Trials = strings.Join(lines, ";")
+	return r
+}
+
+// keepaliveTrial runs one trial of keepalive on a client of its own: the
+// connections it dialed, the connections the second request was given, and
+// the second request's error (or the first's, prefixed "first: ").
+func keepaliveTrial(url, method string, id int64, wait time.Duration) (int64, int64, error) {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.ForceAttemptHTTP2 = false
+	t.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
+	defer t.CloseIdleConnections()
+	client := &http.Client{Transport: t}
+	var conns, gotConns atomic.Int64
+	trace := &httptrace.ClientTrace{
+		ConnectDone: func(_, _ string, err error) {
+			if err == nil {
+				conns.Add(1)
+			}
+		},
+		GotConn: func(httptrace.GotConnInfo) { gotConns.Add(1) },
+	}
+	ctx, cancel := context.WithTimeout(httptrace.WithClientTrace(context.Background(), trace), time.Minute)
+	defer cancel()
+	send := func(method string, id int64) (*http.Response, error) {
+		var body io.Reader
+		if method != http.MethodGet {
+			body = strings.NewReader(fmt.Sprintf("post %d", id))
+		}
+		req, err := http.NewRequestWithContext(ctx, method, fmt.Sprintf("%s?id=%d", url, id), body)
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("X-Request-Id", strconv.FormatInt(id, 10))
+		resp, err := client.Do(req)
+		if err == nil && resp.StatusCode != http.StatusOK {
+			resp.Body.Close()
+			return nil, fmt.Errorf("status %s", resp.Status)
+		}
+		return resp, err
+	}
+	first, err := send(http.MethodGet, id)
+	if err != nil {
+		return conns.Load(), 0, fmt.Errorf("first: %w", err)
+	}
+	first.Body.Close() // unread: Go 1.27 drains it in the background
+	boundary := time.Now().Add(wait)
+	time.Sleep(time.Until(boundary) - 3*time.Millisecond)
+	for time.Now().Before(boundary) {
+	}
+	before := gotConns.Load()
+	second, err := send(method, id+1)
+	if err == nil {
+		_, err = io.Copy(io.Discard, second.Body)
+		second.Body.Close()
+	}
+	return conns.Load(), gotConns.Load() - before, err
+}
+
 // tlsConfig trusts the certificates in the PEM file and offers the protocols
 // given, in that order.
 func tlsConfig(caFile, serverName string, protos ...string) *tls.Config {
@@ -330,6 +461,7 @@ func usage(msg string) {
 	fmt.Fprintln(os.Stderr, "       goclient far -url URL -n N [-read-one] -ca CA.pem -servername NAME")
 	fmt.Fprintln(os.Stderr, "       goclient h2 -url URL -callers C -n N -secs S [-ca CA.pem -servername NAME [-alpn]] [-timeout D] [-latency]")
 	fmt.Fprintln(os.Stderr, "       goclient endless -drop-url URL -drops D -url URL")
+	fmt.Fprintln(os.Stderr, "       goclient keepalive -url URL -close-ms F -offsets-us O,O,... [-methods GET,POST] [-trials N] [-stagger-ms S] [-id-base B]")
 	os.Exit(2)
 }
 
@@ -345,6 +477,8 @@ func main() {
 		r = h2(os.Args[2:])
 	case "endless":
 		r = endless(os.Args[2:])
+	case "keepalive":
+		r = keepalive(os.Args[2:])
 	default:
 		usage("unknown mode " + os.Args[1])
 	}

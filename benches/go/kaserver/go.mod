@@ -1,0 +1,3 @@
+module drain-on-drop/kaserver
+
+go 1.27
