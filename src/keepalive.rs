@@ -41,7 +41,7 @@
 //! default). A connection idle for less is reused as before: reuse the
 //! server allows is kept. No timer: the check runs when a request comes.
 //!
-//! [`RetryRefused`]: crate::retry::RetryRefused
+//! [`RetryRefused`]: crate::RetryRefused
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -460,7 +460,13 @@ mod tests {
             ),
             ("adaptive", vec![on_off(config.budgets.adaptive()).into()], vec!["Default is off".into()]),
             ("default_origin", vec!["none".into()], vec!["Default is none".into()]),
+            (
+                "server_idle_timeout",
+                vec!["learned per origin".into()],
+                vec!["Default is `IdleTimeout::Learned`".into()],
+            ),
         ];
+        assert_eq!(config.idle_timeout, IdleTimeout::Learned);
         assert!(config.default_origin.is_none());
         let types: Vec<String> = config.stream_types.iter().map(|t| format!("\"{t}\"")).collect();
         rows.push(("stream_content_types", vec!["`text/event-stream`".into()], types));

@@ -170,6 +170,27 @@
 //! stalls holds its connection (and a task) up to that long before it is
 //! closed.
 //!
+//! # Idle connections
+//!
+//! A kept HTTP/1 connection meets its server's idle timeout: a request sent
+//! on it as the server closes it for being idle fails before any byte of
+//! its response (`IncompleteMessage`, sometimes `ConnectionReset`), unread
+//! by the server. hyper-util alone rarely met that race where bodies were
+//! dropped (each drop closed its connection); the layer keeps those
+//! connections, so it keeps them clear of it. With
+//! [`observe`](DrainOnDropLayer::observe) around the connector, it learns
+//! each origin's idle timeout from what its servers say (`Keep-Alive:
+//! timeout=`) and do (a pooled connection closed while idle), and a pooled
+//! connection idle for nearly that long takes no further request: hyper-util
+//! sends that request on another connection before writing a byte of it.
+//! A connection idle for less is reused. [`RetryRefusedLayer`] above the
+//! layer sends again, on another connection, a request that failed before
+//! any byte of its response when its method is idempotent (the race lost
+//! before anything was learned), as Go's `Transport` does; never a POST that
+//! may have been read. See
+//! [`server_idle_timeout`](DrainOnDropLayer::server_idle_timeout) and
+//! [`IdleTimeout`].
+//!
 //! # HTTP/2
 //!
 //! On HTTP/2 a dropped body never costs the connection, only its stream,
@@ -474,12 +495,15 @@
 // - `policy`: the one place that decides (drain or skip, which body's code
 //   runs in the drop, the cap, what an outcome teaches an origin); `headers`
 //   reads what the headers say; `sizing`: what a drain may spend (every
-//   budget rule and number); `runtime`: where a drain runs; `http2`:
-//   HTTP/2's rules (a drop is reset at once; when a dial is waited for and
-//   how long; when a connection moves on and what a server teaches;
-//   `http2::retries`: which failures were never processed, and when they
-//   go again), asked by the policy, by `connector` (`Http2Connector`) and
-//   by `retry`, the tower layer that sends those again.
+//   budget rule and number); `runtime`: where a drain runs; `keepalive`:
+//   HTTP/1 keep-alive's rules (what an origin learns of its servers' idle
+//   timeout, when a pooled connection retires), asked by `observe`;
+//   `retries`: which failed requests go again, and when, asked by `retry`,
+//   the tower layer that sends them again; `http2`: HTTP/2's rules (a drop
+//   is reset at once; when a dial is waited for and how long; when a
+//   connection moves on and what a server teaches; `http2::retries`: what
+//   an h2 error and the connector's errors say), asked by the policy, by
+//   `connector` (`Http2Connector`) and by `retries`.
 // - `drain`: the one place that drains; `budget`: `DrainBudget` and the
 //   allowance a drain spends; `timer`: deadlines without a runtime timer.
 // - `stats`: the one place that counts; `event`: the DEBUG event;

@@ -102,14 +102,8 @@ struct ConnIdle {
 
 impl ConnIdle {
     fn new() -> Self {
-        ConnIdle {
-            opened: Instant::now(),
-            last_read: AtomicU64::new(0),
-            sent: AtomicU32::new(0),
-            ended: AtomicU32::new(0),
-            origin: OnceLock::new(),
-            last_request: AtomicBool::new(false),
-        }
+        let (last_read, sent, ended, last_request) = Default::default();
+        ConnIdle { opened: Instant::now(), last_read, sent, ended, origin: OnceLock::new(), last_request }
     }
 
     fn now(&self) -> u64 {

@@ -118,7 +118,13 @@ fn http2_failure<'a>(
     error: &'a (dyn std::error::Error + 'static),
     connected: Option<&'a hyper_util::client::legacy::connect::Connected>,
 ) -> Option<Failure<'a>> {
-    let (retry, punishing) = crate::http2::h2_failure(error.downcast_ref::<h2::Error>()?);
+    use crate::http2::H2Said;
+    let (said, punishing) = crate::http2::h2_failure(error.downcast_ref::<h2::Error>()?);
+    let retry = match said {
+        H2Said::NeverProcessed => Retry::Unprocessed,
+        H2Said::MayHaveBeenProcessed => Retry::IfIdempotent,
+        H2Said::Nothing => Retry::Never,
+    };
     Some(Failure { retry, punished: connected.filter(|_| punishing) })
 }
 

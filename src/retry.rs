@@ -1,58 +1,67 @@
-//! [`RetryRefused`]: sends an HTTP/2 request again, on another connection,
-//! when it failed before its response and sending it again is safe:
+//! [`RetryRefused`]: sends a request again, on another connection, when it
+//! failed before its response and sending it again is safe:
 //!
-//! - **whatever its method**, when the server never processed it: a stream
-//!   above the last stream id of the server's GOAWAY (nginx's after
-//!   `keepalive_requests`, Node's when a client resets too fast, any server
-//!   shutting down), a stream reset with REFUSED_STREAM, a request
-//!   hyper-util failed before writing a byte of it (its pool handed it a
-//!   connection that closed at that instant, as a server recycling
-//!   connections causes; a connect it cancelled for another's HTTP/2
-//!   connection; a request hyper gave back unsent);
+//! - **whatever its method**, when the server never processed it: on
+//!   HTTP/2 a stream above the last stream id of the server's GOAWAY
+//!   (nginx's after `keepalive_requests`, Node's when a client resets too
+//!   fast, any server shutting down) or reset with REFUSED_STREAM; on
+//!   either protocol a request hyper-util failed before writing a byte of
+//!   it (its pool handed it a connection that closed at that instant, as a
+//!   server recycling connections causes; a connect it cancelled for
+//!   another's HTTP/2 connection; a request hyper gave back unsent);
 //! - **only if its method is idempotent** (GET, HEAD, OPTIONS, TRACE, PUT,
 //!   DELETE: RFC 9110, 9.2.2, "the intended effect on the server of multiple
 //!   identical requests is the same as for a single request"), when the
-//!   server may have processed it: a stream reset with another code (Node's
-//!   ENHANCE_YOUR_CALM when its session memory is spent), a connection that
-//!   broke, hyper's `is_canceled` (hyper fails so a request that waited for
-//!   a stream slot even when h2 sent it after a graceful GOAWAY), an h2
-//!   reason hyper rebuilt without saying who sent it. A POST or PATCH that
-//!   may have been processed is never sent again.
+//!   server may have processed it: on HTTP/1, a request written on a pooled
+//!   connection as its server closed it for being idle, which fails before
+//!   any byte of its response (`IncompleteMessage`, `ConnectionReset`: the
+//!   keep-alive race, which Go's `Transport` mends the same way; see
+//!   [`DrainOnDropLayer::server_idle_timeout`](crate::DrainOnDropLayer::server_idle_timeout)
+//!   for how the layer keeps connections clear of it); on HTTP/2 a stream
+//!   reset with another code (Node's ENHANCE_YOUR_CALM when its session
+//!   memory is spent), a connection that broke, hyper's `is_canceled` (hyper
+//!   fails so a request that waited for a stream slot even when h2 sent it
+//!   after a graceful GOAWAY), an h2 reason hyper rebuilt without saying
+//!   who sent it. A POST or PATCH that may have been processed is never sent
+//!   again.
 //!
 //! A failed connect is not retried (a dial's error, told to every connect
-//! that waited for it, included). Which failures are which is the HTTP/2
-//! room's (`http2`), with the facts from h2, hyper and hyper-util it rests
-//! on; this module is the tower plumbing. A stream refused with
-//! ENHANCE_YOUR_CALM also moves its connection on (it takes no new
-//! request), as the [`Http2Connector`](crate::Http2Connector) does when it
-//! reads such a refusal.
+//! that waited for it, included). Which failures are which is `retries.rs`'s
+//! (HTTP/2's part is the HTTP/2 room's), with the facts from h2, hyper and
+//! hyper-util it rests on; this module is the tower plumbing. A stream
+//! refused with ENHANCE_YOUR_CALM also moves its connection on (it takes no
+//! new request), as the `Http2Connector` (feature `http2`) does when it
+//! reads such a refusal. Each try after the first goes through the
+//! [`DrainOnDropLayer`](crate::DrainOnDropLayer) below, which counts it
+//! ([`ReuseSnapshot::sent_again`](crate::ReuseSnapshot::sent_again)).
 //!
-//! Go's client retries the unprocessed ones inside `RoundTrip`; hyper-util's
-//! `Client` and tonic retry none (hyperium/hyper#2500), reqwest does since
-//! 0.12.23.
+//! Go's client retries these inside `RoundTrip`; hyper-util's `Client` and
+//! tonic retry none of those it wrote (hyperium/hyper#2500), reqwest the
+//! unprocessed HTTP/2 ones since 0.12.23.
 //!
 //! # Where it goes
 //!
 //! One line, directly above [`DrainOnDropLayer`](crate::DrainOnDropLayer)
 //! (or the client itself), below a timeout (tower's `timeout` feature),
 //! which then bounds every try, and below any retry of your own, which then
-//! sees only what no retry here could mend. The README's HTTP/2 stack:
+//! sees only what no retry here could mend. The README's stack, on every
+//! protocol (on HTTP/2 with an `Http2Connector` around the connector):
 //!
 //! ```
-//! use drain_on_drop::{DrainOnDropLayer, Http2Connector, RetryRefusedLayer};
+//! use drain_on_drop::{DrainOnDropLayer, RetryRefusedLayer};
 //! use http_body_util::Empty;
 //! use hyper::body::Bytes;
 //! use hyper_util::client::legacy::{Client, connect::HttpConnector};
 //! use hyper_util::rt::TokioExecutor;
 //! use tower::ServiceBuilder;
 //!
-//! // Over TLS, hyper-rustls' `HttpsConnector` (ALPN h2 and http/1.1) goes
-//! // where `HttpConnector` is.
-//! let connector = Http2Connector::new(HttpConnector::new());
+//! let layer = DrainOnDropLayer::new();
+//! // The observer tells the layer each connection's idle time.
+//! let connector = layer.observe(HttpConnector::new());
 //! let client = Client::builder(TokioExecutor::new()).build::<_, Empty<Bytes>>(connector);
 //! let svc = ServiceBuilder::new()
 //!     .layer(RetryRefusedLayer::new())     // what failed unprocessed (or idempotent) goes again
-//!     .layer(DrainOnDropLayer::new())      // innermost: sees every response
+//!     .layer(layer)                        // innermost: sees every response
 //!     .service(client);
 //! # drop(svc);
 //! ```

@@ -105,7 +105,7 @@ mod retries;
 use std::time::Duration;
 
 #[cfg(feature = "http2")]
-pub(crate) use self::retries::{DialFailed, Superseded, h2_failure};
+pub(crate) use self::retries::{DialFailed, H2Said, Superseded, h2_failure};
 
 use crate::outcome::Reason;
 

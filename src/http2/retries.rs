@@ -1,32 +1,42 @@
 //! HTTP/2's part of which failed requests go again (the general rules are
-//! `crate::retries`'): what an h2 error says, and the errors the connector
-//! makes that the retry reads (see the room's Retries).
+//! the top-level `retries.rs`'s): what an h2 error says, and the errors the
+//! connector makes that the retry reads (see the room's Retries).
 
-use crate::retries::Retry;
+/// What an h2 error says of its request (the general rules, `retries.rs`,
+/// read it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum H2Said {
+    /// The server refused it unprocessed.
+    NeverProcessed,
+    /// It may have been processed.
+    MayHaveBeenProcessed,
+    /// Not a failure a retry mends.
+    Nothing,
+}
 
 /// An h2 error: whether it was refused unprocessed, and whether it punishes
 /// the connection.
-pub(crate) fn h2_failure(h2: &h2::Error) -> (Retry, bool) {
+pub(crate) fn h2_failure(h2: &h2::Error) -> (H2Said, bool) {
     use h2::Reason as R;
     let remote = h2.is_remote();
     if h2.is_go_away() && remote {
         // Above the last stream id, or opened after the GOAWAY arrived
         // (`Streams::recv_go_away`): never processed.
         let punishing = matches!(h2.reason(), Some(R::ENHANCE_YOUR_CALM | R::INTERNAL_ERROR));
-        return (Retry::Unprocessed, punishing);
+        return (H2Said::NeverProcessed, punishing);
     }
     if h2.is_reset() && remote {
         return match h2.reason() {
-            Some(R::REFUSED_STREAM) => (Retry::Unprocessed, false),
-            Some(R::ENHANCE_YOUR_CALM) => (Retry::IfIdempotent, true),
-            _ => (Retry::IfIdempotent, false),
+            Some(R::REFUSED_STREAM) => (H2Said::NeverProcessed, false),
+            Some(R::ENHANCE_YOUR_CALM) => (H2Said::MayHaveBeenProcessed, true),
+            _ => (H2Said::MayHaveBeenProcessed, false),
         };
     }
     // hyper's rebuilt reasons (`h2::Error::from(Reason)`: who sent it is
     // lost), local resets and connection errors, I/O: the stream may have
     // been sent.
     let failed = h2.reason().is_some() || h2.is_io();
-    (if failed { Retry::IfIdempotent } else { Retry::Never }, false)
+    (if failed { H2Said::MayHaveBeenProcessed } else { H2Said::Nothing }, false)
 }
 
 /// The error of a connect hyper-util no longer needed: it waited for

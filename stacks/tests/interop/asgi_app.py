@@ -126,6 +126,10 @@ def main():
         lifespan="off",
         access_log=False,
         log_level="warning",
+        # `--timeout-keep-alive S`, as uvicorn's command line (default 5).
+        timeout_keep_alive=float(sys.argv[sys.argv.index("--timeout-keep-alive") + 1])
+        if "--timeout-keep-alive" in sys.argv
+        else 5,
     )
     threading.Thread(target=exit_with_parent, daemon=True).start()
     if "--sockets-without-nodelay" in sys.argv:

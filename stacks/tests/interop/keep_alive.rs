@@ -35,8 +35,13 @@ pub(crate) fn offset_us(i: usize) -> i64 {
 /// How long after its last response the server closes an idle connection,
 /// and the `Keep-Alive` header it sent: the median of three raw TCP probes.
 pub(crate) async fn idle_close(server: &Server) -> (Duration, String) {
+    idle_close_of(server, "/cl?len=16").await
+}
+
+/// [`idle_close`] after a GET of `path` (a body of 16 bytes or more).
+pub(crate) async fn idle_close_of(server: &Server, path: &'static str) -> (Duration, String) {
     let port = server.uri("/").port_u16().unwrap();
-    let probes: Vec<_> = (0..3).map(|_| tokio::spawn(probe(port))).collect();
+    let probes: Vec<_> = (0..3).map(|_| tokio::spawn(probe(port, path))).collect();
     let mut results = Vec::new();
     for probe in probes {
         results.push(probe.await.unwrap());
@@ -45,19 +50,19 @@ pub(crate) async fn idle_close(server: &Server) -> (Duration, String) {
     results.swap_remove(1)
 }
 
-async fn probe(port: u16) -> (Duration, String) {
+async fn probe(port: u16, path: &str) -> (Duration, String) {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
-    stream.write_all(b"GET /cl?len=16 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").await.unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
     let keep_alive = loop {
         let n = stream.read(&mut chunk).await.unwrap();
         assert!(n > 0, "the server answers the probe");
         buf.extend_from_slice(&chunk[..n]);
-        let text = String::from_utf8_lossy(&buf).to_ascii_lowercase();
-        if let Some((head, body)) = text.split_once("\r\n\r\n")
-            && body.len() >= 16
-        {
+        let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else { continue };
+        let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+        if buf.len() - end - 4 >= support::content_length_of(&head) {
             break head.lines().find_map(|l| l.strip_prefix("keep-alive:")).unwrap_or("").trim().to_string();
         }
     };
@@ -176,4 +181,115 @@ pub(crate) fn report(label: &str, trials: &[Trial]) -> String {
     )
     .unwrap();
     out
+}
+
+/// What the README's HTTP/1 stack met over one sweep: the failures, and
+/// what the layer counted.
+pub(crate) struct StackSweep {
+    pub(crate) failed: Vec<String>,
+    pub(crate) reuse: drain_on_drop::ReuseSnapshot,
+}
+
+/// The README's HTTP/1 stack (`RetryRefusedLayer` above `layer`, over a
+/// client built on `layer.observe(HttpConnector)`) on a fresh client.
+fn stack(
+    layer: &drain_on_drop::DrainOnDropLayer,
+) -> tower::util::BoxCloneService<
+    http::Request<http_body_util::Empty<bytes::Bytes>>,
+    http::Response<drain_on_drop::DrainBody<hyper::body::Incoming>>,
+    hyper_util::client::legacy::Error,
+> {
+    use hyper_util::client::legacy::connect::HttpConnector;
+    let client = Client::builder(TokioExecutor::new())
+        .build::<_, http_body_util::Empty<bytes::Bytes>>(layer.observe(HttpConnector::new()));
+    let svc = tower::ServiceBuilder::new()
+        .layer(drain_on_drop::RetryRefusedLayer::new())
+        .layer(layer.clone())
+        .service(client);
+    tower::util::BoxCloneService::new(svc)
+}
+
+/// The layer sees one idle close of `server`, as a long-lived service
+/// has: a GET of `path`, its connection then left idle until the server
+/// closes it.
+pub(crate) async fn warm_up(
+    server: &Server,
+    path: &str,
+    layer: &drain_on_drop::DrainOnDropLayer,
+    close_after: Duration,
+) {
+    use tower::{Service, ServiceExt};
+    let mut svc = stack(layer);
+    let req = support::get(server.uri(path));
+    drop(svc.ready().await.unwrap().call(req).await.expect("the warm-up request"));
+    let seen = || layer.origins().iter().map(|o| o.idle_closes).sum::<u64>() >= 1;
+    support::wait_for("the layer to see the server's idle close", close_after + support::SLACK, seen).await;
+}
+
+/// [`TRIALS`] x 2 trials (GET, then POST) on fresh clients sharing `layer`:
+/// a GET of `path` whose body is dropped (the layer drains it), then the
+/// method at the server's idle close + an offset, staggered in one batch.
+pub(crate) async fn stack_sweep(
+    server: &Server,
+    path: &'static str,
+    close_after: Duration,
+    layer: &drain_on_drop::DrainOnDropLayer,
+) -> StackSweep {
+    let before = layer.stats().reuse();
+    let mut handles = Vec::new();
+    for (m, method) in [http::Method::GET, http::Method::POST].into_iter().enumerate() {
+        for i in 0..TRIALS {
+            let (layer, uri) = (layer.clone(), server.uri(path));
+            let start_after = STAGGER * (2 * i + m) as u32;
+            handles.push(tokio::spawn(stack_trial(
+                layer,
+                uri,
+                method.clone(),
+                start_after,
+                close_after,
+                offset_us(i),
+            )));
+        }
+    }
+    let mut failed = Vec::new();
+    for handle in handles {
+        failed.extend(handle.await.unwrap());
+    }
+    StackSweep { failed, reuse: layer.stats().reuse().since(&before) }
+}
+
+async fn stack_trial(
+    layer: drain_on_drop::DrainOnDropLayer,
+    uri: http::Uri,
+    method: http::Method,
+    start_after: Duration,
+    close_after: Duration,
+    offset_us: i64,
+) -> Option<String> {
+    use tower::{Service, ServiceExt};
+    tokio::time::sleep(start_after).await;
+    let mut svc = stack(&layer);
+    let first = svc.ready().await.unwrap().call(support::get(uri.clone())).await;
+    drop(first.expect("first request"));
+    assert!(layer.stats().wait_idle(support::SECONDS).await, "the drain ends");
+    let boundary = if offset_us >= 0 {
+        Instant::now() + close_after + Duration::from_micros(offset_us as u64)
+    } else {
+        Instant::now() + close_after - Duration::from_micros(offset_us.unsigned_abs())
+    };
+    tokio::time::sleep_until((boundary - Duration::from_millis(3)).into()).await;
+    while Instant::now() < boundary {
+        std::hint::spin_loop();
+    }
+    let mut req = support::get(uri);
+    *req.method_mut() = method.clone();
+    match svc.ready().await.unwrap().call(req).await {
+        Ok(res) => res
+            .into_body()
+            .collect()
+            .await
+            .err()
+            .map(|e| format!("{method} {offset_us} us: body {}", kind(&e))),
+        Err(e) => Some(format!("{method} {offset_us} us: {}", kind(&e))),
+    }
 }

@@ -282,6 +282,57 @@ fn node_keep_alive_a_pool_idle_timeout_below_the_servers_never_sends_on_a_closin
     });
 }
 
+/// Issue 52's sweep on real servers with 1 s idle timeouts (Node's
+/// `keepAliveTimeout` 1000, which it says and exceeds by a second; nginx's
+/// `keepalive_timeout 1s` and uvicorn's `--timeout-keep-alive 1`, which say
+/// nothing): second requests sent around each server's idle close through
+/// the README's HTTP/1 stack, whose layer saw one idle close of that server
+/// first, as a long-lived service has. None fails, GET or POST: each
+/// connection idle for nearly the server's timeout is retired, its request
+/// sent on a new connection before a byte of it was written. The same
+/// stack with `IdleTimeout::Ignored` (0.9.0) is printed beside it.
+#[test]
+fn the_readme_stack_loses_no_request_to_a_real_servers_idle_close() {
+    serially(async {
+        let servers = [
+            (Server::node(&["--keep-alive-timeout", "1000"]).await, "/cl?len=65536"),
+            (Server::nginx_keepalive("1s").await, "/static/64k.bin"),
+            (Server::uvicorn(&["--timeout-keep-alive", "1"]).await, "/cl?len=65536"),
+        ];
+        let mut broken = Vec::new();
+        for (server, path) in &servers {
+            let (close_after, said) = keep_alive::idle_close_of(server, path).await;
+            let layer = drain_on_drop::DrainOnDropLayer::new();
+            keep_alive::warm_up(server, path, &layer, close_after).await;
+            let sweep = keep_alive::stack_sweep(server, path, close_after, &layer).await;
+            let origin = &layer.origins()[0];
+            let control = drain_on_drop::DrainOnDropLayer::new()
+                .server_idle_timeout(drain_on_drop::IdleTimeout::Ignored);
+            let ignored = keep_alive::stack_sweep(server, path, close_after, &control).await;
+            println!(
+                "\n{} ({}): closes idle connections {close_after:?} after a response, says `Keep-Alive: {said}`; \
+                 learned {:?}, retires after {:?}\n  README stack: {} of {} failed {:?}; {:?}\n  same, \
+                 IdleTimeout::Ignored: {} failed {:?}; {:?}",
+                server.name,
+                server.version,
+                origin.idle_timeout,
+                origin.retire_after,
+                sweep.failed.len(),
+                2 * keep_alive::TRIALS,
+                sweep.failed,
+                sweep.reuse,
+                ignored.failed.len(),
+                ignored.failed,
+                ignored.reuse,
+            );
+            if !sweep.failed.is_empty() {
+                broken.push(format!("{}: {:?}", server.name, sweep.failed));
+            }
+        }
+        assert!(broken.is_empty(), "no request fails once the layer saw one idle close: {broken:#?}");
+    });
+}
+
 /// nginx's graceful GOAWAY after `keepalive_requests` (100) on HTTP/2: the
 /// README's HTTP/2 stack fails no request (it sends again what nginx refused
 /// past its last stream id), on the new connections each GOAWAY calls for;

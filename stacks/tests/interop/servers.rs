@@ -107,6 +107,12 @@ pub(crate) const NGINX_FILE_KIB: [usize; 4] = [1, 64, 256, 257];
 impl Server {
     /// Starts nginx on a free port with `nginx.conf.in`.
     pub(crate) async fn nginx() -> Server {
+        Server::nginx_keepalive("75s").await
+    }
+
+    /// Starts nginx with `nginx.conf.in`, its `keepalive_timeout` set to
+    /// `timeout` (75 s there, Debian's default).
+    pub(crate) async fn nginx_keepalive(timeout: &str) -> Server {
         let binary = nginx_binary();
         let version = command_version(&binary, "-v", NGINX_HELP);
         let mut last_error = String::new();
@@ -126,7 +132,8 @@ impl Server {
                 .replace("@PREFIX@", prefix.to_str().unwrap())
                 .replace("@ROOT@", root.to_str().unwrap())
                 .replace("@PORT@", &port.to_string())
-                .replace("@H2_PORT@", &h2_port.to_string());
+                .replace("@H2_PORT@", &h2_port.to_string())
+                .replace("keepalive_timeout 75s;", &format!("keepalive_timeout {timeout};"));
             let config_path = prefix.join("nginx.conf");
             std::fs::write(&config_path, config).unwrap();
             let child = Command::new(&binary)
