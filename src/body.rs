@@ -166,9 +166,10 @@ impl<B> DrainBody<B> {
     /// The caller reached the end: nothing is left to do at the drop, and
     /// the connection is idle.
     fn disarm(&mut self) {
-        if let Some(armed) = self.armed.take() {
+        if let Some(armed) = &self.armed {
             armed.ctx.ended();
         }
+        self.armed = None;
     }
 }
 

@@ -157,7 +157,7 @@ impl DrainOnDropLayer {
     /// less a quarter of it rounded down: 768 of the default 1024), so that
     /// one origin's drops, a stalling server's say, always leave room for the
     /// others. A body that has to wait for the server while that many drains
-    /// run, or while its origin holds its share, is not drained (counted as
+    /// run, or while its origin holds its three quarters of them, is not drained (counted as
     /// skipped, `saturated`, or as `cannot_wait` when the drop had already
     /// read part of it), so a flood of early drops cannot grow background
     /// work without bound. A hyper body that ends in the drop itself runs no

@@ -156,12 +156,25 @@ impl ConnectionTag {
         }
     }
 
-    /// The response's body ended (read to its end, drained, or none): the
-    /// connection is idle until its next request starts.
-    pub(crate) fn ended(&self) {
+    /// The connection, and the request the response answers, apart: a
+    /// response keeps them in two fields, the request number where its
+    /// context has room to spare.
+    pub(crate) fn into_parts(self) -> (Connection1, u32) {
+        (Connection1(self.inner), self.request)
+    }
+}
+
+/// An HTTP/1 connection as a response keeps it, to mark it idle when the
+/// body ended ([`ConnectionTag::into_parts`]).
+pub(crate) struct Connection1(Arc<TagInner>);
+
+impl Connection1 {
+    /// The response to `request` ended (its body read to its end, drained,
+    /// or none): the connection is idle until its next request starts.
+    pub(crate) fn ended(&self, request: u32) {
         // The latest wins: a body read to its end after the next response's
         // (its caller was slower) says nothing new.
-        self.inner.idle.ended.fetch_max(self.request, Ordering::AcqRel);
+        self.0.idle.ended.fetch_max(request, Ordering::AcqRel);
     }
 }
 

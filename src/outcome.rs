@@ -125,8 +125,8 @@ reasons! {
     Reset = "reset", Skipped;
     /// `max_concurrent_drains` drains were already running in the
     /// background when this body had to wait for the server, or its origin
-    /// already held its share of them (three quarters of the cap once the
-    /// layer has seen another origin: 768 of the default 1024). Nothing was
+    /// already held three quarters of them (once the layer has seen another
+    /// origin: 768 of the default 1024). Nothing was
     /// read (see `cannot_wait`).
     Saturated = "saturated", Skipped;
     /// The drain needed a task and there was no tokio runtime to run it

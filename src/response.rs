@@ -15,7 +15,7 @@ use crate::budget::DrainBudget;
 use crate::event::{OriginView, Report, Trace};
 use crate::headers;
 use crate::keepalive::{IdleTimeout, Said};
-use crate::observe::ConnectionTag;
+use crate::observe::{Connection1, ConnectionTag};
 use crate::origin::{Origin, OriginAt};
 use crate::outcome::Reason;
 use crate::policy::AtDrop;
@@ -27,8 +27,9 @@ pub(crate) struct DropContext {
     shared: Arc<Shared>,
     /// Reason the connection will not be reused whatever we do, from the head.
     head: Option<Reason>,
-    /// The request's own budget, overriding the layer's.
-    request_budget: Option<DrainBudget>,
+    /// The request's own budget, overriding the layer's (boxed: few
+    /// requests carry one, and every response moves this context).
+    request_budget: Option<Box<DrainBudget>>,
     status: u16,
     /// The body's size hint when the response arrived: what the drop knows
     /// of the rest of a body whose code it does not run.
@@ -44,9 +45,11 @@ pub(crate) struct DropContext {
     http2: bool,
     /// The runtime the response arrived on, if any: where its drain waits.
     runtime: Option<Handle>,
-    /// The HTTP/1 connection it came on, as an observer tagged it: idle
-    /// once the body ended ([`ended`](Self::ended)).
-    conn: Option<ConnectionTag>,
+    /// The HTTP/1 connection it came on, as an observer tagged it, and the
+    /// request it answers there: idle once the body ended
+    /// ([`ended`](Self::ended)).
+    conn: Option<Connection1>,
+    request: u32,
 }
 
 /// The response head arrived for `request`: everything the layer does then.
@@ -54,14 +57,12 @@ pub(crate) struct DropContext {
 /// `Content-Length: 0`): no state, nothing at the drop.
 pub(crate) fn at_response<B: Body>(response: &mut Response<B>, request: RequestInfo) -> Option<DropContext> {
     let shared = request.shared;
-    let tagged =
-        if shared.stats.is_observed() { ConnectionTag::take(response.extensions_mut()) } else { None };
-    let reuse = tagged.as_ref().map(|(reuse, _)| *reuse);
-    if let Some(conn) = reuse {
-        shared.stats.response(conn.reused);
-    }
+    let (reuse, conn, request_number) = if shared.stats.is_observed() {
+        observed(&shared, response, request.origin.as_ref())
+    } else {
+        (None, None, 0)
+    };
     let observed = reuse.map(|conn| (conn.reused, conn.setup_time));
-    let conn = tagged.and_then(|(_, tag)| keep_alive(&shared, response, request.origin.as_ref(), tag));
     #[cfg(feature = "http2")]
     if response.version() >= Version::HTTP_2 {
         links(response, request.origin.as_deref(), request.captured);
@@ -84,7 +85,7 @@ pub(crate) fn at_response<B: Body>(response: &mut Response<B>, request: RequestI
     }
     if response.body().is_end_stream() {
         if let Some(conn) = conn {
-            conn.ended();
+            conn.ended(request_number);
         }
         return None;
     }
@@ -99,7 +100,7 @@ pub(crate) fn at_response<B: Body>(response: &mut Response<B>, request: RequestI
     Some(DropContext {
         shared,
         head,
-        request_budget: request.budget,
+        request_budget: request.budget.map(Box::new),
         status: response.status().as_u16(),
         declared,
         caller_read: 0,
@@ -109,26 +110,32 @@ pub(crate) fn at_response<B: Body>(response: &mut Response<B>, request: RequestI
         http2: response.version() >= Version::HTTP_2,
         runtime: Handle::try_current().ok(),
         conn,
+        request: request_number,
     })
 }
 
-/// An HTTP/1 response on an observed connection, from `origin`: what its
-/// server said of its idle timeout goes to the origin and the connection,
-/// and the connection's tag stays with the response, to mark it idle when
-/// the body ends (`keepalive.rs`). `None` on HTTP/2 and when the layer
-/// ignores idle timeouts.
-fn keep_alive<B>(
+/// A response with an observer's tag (`observe.rs`): counted, described
+/// ([`ConnectionReuse`](crate::ConnectionReuse)), and, on HTTP/1, what its
+/// server said of its idle timeout goes to its `origin` and its connection,
+/// which the response keeps with the request it answers, to mark it idle
+/// when the body ends (`keepalive.rs`); not on HTTP/2, nor when the layer
+/// ignores idle timeouts. Out of line: unobserved responses skip it.
+#[inline(never)]
+fn observed<B>(
     shared: &Shared,
-    response: &Response<B>,
+    response: &mut Response<B>,
     origin: Option<&Arc<Origin>>,
-    tag: ConnectionTag,
-) -> Option<ConnectionTag> {
+) -> (Option<crate::ConnectionReuse>, Option<Connection1>, u32) {
+    let Some((reuse, tag)) = ConnectionTag::take(response.extensions_mut()) else { return (None, None, 0) };
+    shared.stats.response(reuse.reused);
     let setting = shared.config.idle_timeout;
-    if response.version() >= Version::HTTP_2 || setting == IdleTimeout::Ignored {
-        return None;
-    }
-    tag.http1(origin?, setting, Said::read(response.headers()));
-    Some(tag)
+    let (Some(origin), false) = (origin, response.version() >= Version::HTTP_2 || setting == IdleTimeout::Ignored)
+    else {
+        return (Some(reuse), None, 0);
+    };
+    tag.http1(origin, setting, Said::read(response.headers()));
+    let (conn, request) = tag.into_parts();
+    (Some(reuse), Some(conn), request)
 }
 
 /// An HTTP/2 response: if it came on an `Http2Connector`'s connection that
@@ -159,7 +166,7 @@ impl DropContext {
     pub(crate) fn at_drop(&self, remaining: SizeHint) -> AtDrop {
         AtDrop {
             head: self.head,
-            request_budget: self.request_budget,
+            request_budget: self.request_budget.as_deref().copied(),
             origin: self.origin.clone(),
             remaining,
             read: self.caller_read,
@@ -170,9 +177,10 @@ impl DropContext {
 
     /// The whole body arrived and was read or drained: its connection is
     /// idle until its next request (`keepalive.rs`).
+    #[inline]
     pub(crate) fn ended(&self) {
         if let Some(conn) = &self.conn {
-            conn.ended();
+            conn.ended(self.request);
         }
     }
 

@@ -116,8 +116,8 @@ impl<'a> Parts<'a> {
     /// resistant, and need not be: the table holds at most 256 origins,
     /// checks every entry's key, and an origin whose hash collides with
     /// another's is simply not tracked. SipHash here was half the layer's
-    /// own cost per response when it was tried (docs/BENCHMARKS.md, section
-    /// 6).
+    /// own cost per response when it was tried (docs/benchmarks/, the
+    /// instruction counts of section 6).
     pub(crate) fn hash(self, seed: u64) -> u64 {
         const PRIME: u64 = 0x0000_0100_0000_01b3;
         let mut h = seed ^ 0xcbf2_9ce4_8422_2325;
