@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use http::Uri;
 
-use crate::http2::{self, DialFailed, Proto, Share};
+use crate::http2::{self, DialFailed, Proto, Role, Share};
 
 /// What one dial has come to, as those waiting for it see it.
 #[derive(Clone, Debug)]
@@ -207,6 +207,8 @@ pub(crate) struct DialOrigin {
     allowance: AtomicUsize,
     /// The user fixed the allowance: nothing is learned.
     fixed_share: bool,
+    /// Its connections that lack hyper-util's view of themselves.
+    unhandled: AtomicUsize,
     /// The patience the user fixed, if any.
     fixed_patience: Option<Duration>,
 }
@@ -256,6 +258,7 @@ impl DialOrigin {
             }),
             allowance: AtomicUsize::new(settings.share.unwrap_or(0)),
             fixed_share: settings.share.is_some(),
+            unhandled: AtomicUsize::new(0),
             fixed_patience: settings.patience,
         }
     }
@@ -357,20 +360,54 @@ impl DialOrigin {
         dial.set(phase)
     }
 
-    /// Resets one of its connections takes before it moves on (`0`: no
-    /// share).
+    /// Resets a connection of [`Role::Share`] may yet reset before it moves
+    /// on (`0`: no share).
     pub(crate) fn share(&self) -> usize {
         self.allowance.load(Ordering::Relaxed)
     }
 
-    /// One of its connections was punished after `resets` resets.
-    pub(crate) fn punished(&self, resets: usize) {
-        self.learn(|share| share.punished(resets));
+    /// What a new connection is to the origin's lesson (a fixed share has
+    /// none to test).
+    pub(crate) fn role(&self) -> Role {
+        if self.fixed_share {
+            return Role::Share;
+        }
+        self.gate().share.role()
     }
 
-    /// One of its connections moved on, unpunished so far, after `resets`.
-    pub(crate) fn moved(&self, resets: usize) {
-        self.learn(|share| share.moved(resets));
+    /// What a connection of `role` may yet reset before it moves on (`0`:
+    /// any number).
+    pub(crate) fn allowance_of(&self, role: Role) -> usize {
+        match role {
+            Role::Share => self.share(),
+            Role::Test { .. } => self.gate().share.allowance_of(role),
+        }
+    }
+
+    /// Resets after which a connection of `role`, the unbounded test,
+    /// forgets the lesson.
+    pub(crate) fn forgets_after(&self, role: Role) -> Option<usize> {
+        match role {
+            Role::Share => None,
+            Role::Test { .. } => self.gate().share.forgets_after(role),
+        }
+    }
+
+    /// One of its connections, of `role`, was punished after `bore` resets.
+    pub(crate) fn punished(&self, bore: usize, role: Role) {
+        self.learn(|share| share.punished(bore, role));
+    }
+
+    /// One of its connections, of `role`, moved on unpunished at its
+    /// allowance.
+    pub(crate) fn passed(&self, role: Role) {
+        self.learn(|share| share.passed(role));
+    }
+
+    /// One of its connections, of `role`, ended unpunished before its
+    /// allowance.
+    pub(crate) fn ended(&self, role: Role) {
+        self.learn(|share| share.ended(role));
     }
 
     fn learn(&self, lesson: impl FnOnce(&mut Share)) {
@@ -380,6 +417,24 @@ impl DialOrigin {
         let mut gate = self.gate();
         lesson(&mut gate.share);
         self.allowance.store(gate.share.allowance(), Ordering::Relaxed);
+    }
+
+    /// A connection opened that lacks hyper-util's view of itself (`true`),
+    /// or one that lacked it was given it, or went (`false`).
+    pub(crate) fn unhandled(&self, more: bool) {
+        if more {
+            self.unhandled.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.unhandled.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether the layer is to capture every request's connection to this
+    /// origin: while one of its connections may have to move on (it has a
+    /// share: a lesson, or the user's), or lacks hyper-util's view of itself
+    /// (through which it moves on: a captured request's).
+    pub(crate) fn wants_captures(&self) -> bool {
+        self.share() > 0 || self.unhandled.load(Ordering::Relaxed) > 0
     }
 }
 
@@ -531,10 +586,10 @@ mod tests {
     fn the_share_is_learned_unless_fixed_and_keys_carry_no_userinfo() {
         let learned = origin(true);
         assert_eq!(learned.share(), 0, "no share until a server punishes");
-        learned.punished(300);
+        learned.punished(300, Role::Share);
         assert_eq!(learned.share(), 150);
         let fixed = DialOrigin::new(true, Settings { share: Some(7), ..Settings::default() });
-        fixed.punished(300);
+        fixed.punished(300, Role::Share);
         assert_eq!(fixed.share(), 7);
         let origins = Origins::new(Settings::default());
         let a = origins.of(&"https://user:secret@example.com".parse().unwrap());

@@ -5,6 +5,7 @@
 //! charged to its [`Link`]) and as it is read (what its server says of
 //! them), never changed.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::io;
 use std::pin::Pin;
@@ -16,10 +17,10 @@ use hyper::rt::{Read, ReadBuf, ReadBufCursor, Write};
 use hyper_util::client::legacy::connect::{Connected, Connection};
 use tower_service::Service;
 
-use super::frames::Frames;
+use super::frames::{Frame, Frames};
 use super::gate::{Dial, DialOrigin};
 use super::link::{Link, LinkTag};
-use crate::http2::Proto;
+use crate::http2::{self, Proto, Received};
 
 /// A connection from an [`Http2Connector`](crate::Http2Connector): the
 /// wrapped connector's, its bytes unchanged; on HTTP/2, read as they go, so
@@ -79,6 +80,15 @@ const READ_CHUNK: usize = 16 * 1024;
 struct Tracked<T> {
     io: T,
     link: Arc<Link>,
+    /// The streams it may yet reset (opened, neither reset nor ended by the
+    /// server), each with the RST_STREAM frames written before it was.
+    open: HashMap<u32, usize>,
+    /// The highest stream id opened.
+    last_opened: u32,
+    /// RST_STREAM frames written.
+    resets: usize,
+    /// Requests written (new streams).
+    requests: usize,
     /// What the client writes.
     sent: Frames,
     /// What the server sends, once the connection said it speaks HTTP/2
@@ -101,6 +111,10 @@ impl<T> Tracked<T> {
         Tracked {
             io,
             link,
+            open: HashMap::new(),
+            last_opened: 0,
+            resets: 0,
+            requests: 0,
             sent: Frames::client(),
             got: None,
             read_any: false,
@@ -112,9 +126,22 @@ impl<T> Tracked<T> {
 
     /// Reads what was written: the first write says what the connection
     /// speaks (HTTP/2 begins with its preface), the first request that it
-    /// is pooled; each RST_STREAM is charged.
+    /// is pooled; each request and RST_STREAM is charged.
     fn written(&mut self, bytes: &[u8]) {
-        let seen = self.sent.read(bytes);
+        let Tracked { sent, open, last_opened, resets, .. } = self;
+        let (mut requests, before) = (0, *resets);
+        sent.read(bytes, &mut |frame| match frame {
+            Frame::Headers { id, .. } if id > *last_opened => {
+                *last_opened = id;
+                open.insert(id, *resets);
+                requests += 1;
+            }
+            Frame::Reset { id, .. } => {
+                *resets += 1;
+                open.remove(&id);
+            }
+            _ => {}
+        });
         if let Some(proto) = self.sent.speaks()
             && let Some(first) = self.first.take()
         {
@@ -123,13 +150,49 @@ impl<T> Tracked<T> {
             }
             self.pooling = first.spoke(proto);
         }
-        if seen.requests > 0
+        if requests > 0
             && let Some(pooling) = self.pooling.take()
         {
             pooling.serving();
         }
-        if seen.resets > 0 {
-            self.link.reset_written(seen.resets);
+        self.requests += requests;
+        if requests > 0 || self.resets > before {
+            self.link.charge(self.resets, self.open.len(), self.requests);
+        }
+    }
+
+    /// Reads what the server sent: a stream it ended or reset is no longer
+    /// the client's to reset; a refusal or GOAWAY that punishes the
+    /// connection tells it how many resets it had sent before (those
+    /// written before the refused stream, or before the first stream above
+    /// the GOAWAY's last id; all of them when there is none).
+    fn received(&mut self, bytes: &[u8]) {
+        let Tracked { got: Some(got), open, resets, .. } = self else { return };
+        let (mut punished, in_flight) = (None, open.len());
+        got.read(bytes, &mut |frame| match frame {
+            Frame::Headers { id, end: true } | Frame::DataEnd { id } => {
+                open.remove(&id);
+            }
+            Frame::Reset { id, code: Some(code) } => {
+                let before = open.remove(&id);
+                if http2::punishes(Received::Reset(code)) {
+                    punished = punished.or(Some(before.unwrap_or(*resets)));
+                }
+            }
+            Frame::GoAway { last, code } => {
+                let above = open.iter().filter(|(id, _)| **id > last).map(|(_, before)| *before).min();
+                open.retain(|id, _| *id <= last);
+                if http2::punishes(Received::GoAway(code)) {
+                    punished = punished.or(Some(above.unwrap_or(*resets)));
+                }
+            }
+            _ => {}
+        });
+        if self.open.len() != in_flight {
+            self.link.charge(self.resets, self.open.len(), self.requests);
+        }
+        if let Some(bore) = punished {
+            self.link.punished(bore);
         }
     }
 }
@@ -137,10 +200,10 @@ impl<T> Tracked<T> {
 impl<T: Read + Unpin> Tracked<T> {
     fn poll_read(&mut self, cx: &mut Context<'_>, mut buf: ReadBufCursor<'_>) -> Poll<io::Result<()>> {
         let room = buf.remaining();
-        let Some(got) = &mut self.got else {
+        if self.got.is_none() {
             self.read_any = true;
             return Pin::new(&mut self.io).poll_read(cx, buf);
-        };
+        }
         if room == 0 {
             return Pin::new(&mut self.io).poll_read(cx, buf);
         }
@@ -150,11 +213,12 @@ impl<T: Read + Unpin> Tracked<T> {
         }
         let mut read = ReadBuf::new(&mut self.buf[..want]);
         ready!(Pin::new(&mut self.io).poll_read(cx, read.unfilled()))?;
-        let filled = read.filled();
-        if got.read(filled).received.is_some() {
-            self.link.punished();
-        }
-        buf.put_slice(filled);
+        let n = read.filled().len();
+        buf.put_slice(&self.buf[..n]);
+        // Read where it landed, the buffer lent for the time of it.
+        let bytes = std::mem::take(&mut self.buf);
+        self.received(&bytes[..n]);
+        self.buf = bytes;
         Poll::Ready(Ok(()))
     }
 }

@@ -214,6 +214,6 @@ where
 pub(crate) fn punished(connected: &hyper_util::client::legacy::connect::Connected) {
     connected.poison();
     if let Some(link) = LinkTag::of_connected(connected) {
-        link.punished();
+        link.punished(link.resets());
     }
 }
