@@ -11,6 +11,7 @@ use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
+use std::time::Instant;
 
 use http::Uri;
 use hyper::rt::{Read, ReadBuf, ReadBufCursor, Write};
@@ -21,6 +22,7 @@ use super::frames::{Frame, Frames};
 use super::gate::{Dial, DialOrigin};
 use super::link::{Link, LinkTag};
 use crate::http2::{self, Proto, Received};
+use crate::timer::Deadline;
 
 /// A connection from an [`Http2Connector`](crate::Http2Connector): the
 /// wrapped connector's, its bytes unchanged; on HTTP/2, read as they go, so
@@ -104,6 +106,10 @@ struct Tracked<T> {
     first: Option<Hold>,
     /// Then, on HTTP/2, until the first request went on it.
     pooling: Option<Hold>,
+    /// Its write side was shut down (hyper closes it).
+    shut: bool,
+    /// Once shut, how long it still reads what its server says of it.
+    linger: Option<Deadline>,
 }
 
 impl<T> Tracked<T> {
@@ -121,6 +127,8 @@ impl<T> Tracked<T> {
             buf: Vec::new(),
             first: Some(first),
             pooling: None,
+            shut: false,
+            linger: None,
         }
     }
 
@@ -197,6 +205,50 @@ impl<T> Tracked<T> {
     }
 }
 
+impl<T: Read + Write + Unpin> Tracked<T> {
+    /// hyper closes the connection: its write side is shut, then, if it
+    /// moved on unpunished, what its server still sends is read for
+    /// [`http2::LINGER`] at most (or until it closes): a server that
+    /// punishes the last resets of a connection that had stopped taking
+    /// requests (GOAWAY ENHANCE_YOUR_CALM as they arrive) says so after
+    /// hyper has stopped reading, and a lesson that never heard it would
+    /// take the next connection on as far.
+    fn poll_shutdown(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if !self.shut {
+            ready!(Pin::new(&mut self.io).poll_shutdown(cx))?;
+            self.shut = true;
+        }
+        if self.got.is_none() || !self.link.awaits_verdict() {
+            return Poll::Ready(Ok(()));
+        }
+        if self.linger.is_none() {
+            self.linger = Some(Deadline::at(Instant::now() + http2::LINGER));
+        }
+        if self.buf.len() < READ_CHUNK {
+            self.buf.resize(READ_CHUNK, 0);
+        }
+        loop {
+            let mut read = ReadBuf::new(&mut self.buf[..READ_CHUNK]);
+            match Pin::new(&mut self.io).poll_read(cx, read.unfilled()) {
+                Poll::Ready(Ok(())) if !read.filled().is_empty() => {
+                    let n = read.filled().len();
+                    let bytes = std::mem::take(&mut self.buf);
+                    self.received(&bytes[..n]);
+                    self.buf = bytes;
+                    if !self.link.awaits_verdict() {
+                        return Poll::Ready(Ok(()));
+                    }
+                }
+                Poll::Ready(_) => return Poll::Ready(Ok(())),
+                Poll::Pending => {
+                    let deadline = self.linger.as_mut().expect("set above");
+                    return deadline.poll_elapsed(cx).map(Ok);
+                }
+            }
+        }
+    }
+}
+
 impl<T: Read + Unpin> Tracked<T> {
     fn poll_read(&mut self, cx: &mut Context<'_>, mut buf: ReadBufCursor<'_>) -> Poll<io::Result<()>> {
         let room = buf.remaining();
@@ -265,7 +317,7 @@ where
 impl<C> Write for Http2Connection<C>
 where
     C: Service<Uri>,
-    C::Response: Write + Unpin,
+    C::Response: Read + Write + Unpin,
 {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         match &mut self.get_mut().state {
@@ -318,7 +370,7 @@ where
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match &mut self.get_mut().state {
             State::Plain(io) => Pin::new(io).poll_shutdown(cx),
-            State::Tracked(t) => Pin::new(&mut t.io).poll_shutdown(cx),
+            State::Tracked(t) => t.poll_shutdown(cx),
         }
     }
 }

@@ -184,6 +184,12 @@ impl Link {
         }
     }
 
+    /// Whether what its server says still matters: it moved on, and no
+    /// punishment was heard of (it would pass, at its end).
+    pub(crate) fn awaits_verdict(&self) -> bool {
+        self.moved.load(Ordering::Relaxed) && !self.punished.load(Ordering::Relaxed)
+    }
+
     /// RST_STREAM frames written on it so far.
     pub(crate) fn resets(&self) -> usize {
         self.resets.load(Ordering::Relaxed)

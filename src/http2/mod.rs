@@ -184,6 +184,13 @@ pub(crate) const PATIENCE_CEILING: Duration = Duration::from_secs(2);
 /// pool, or handed it a connection that closed at that instant.
 #[cfg(feature = "http2")]
 pub(crate) const SERVED_GRACE: Duration = Duration::from_millis(100);
+/// How long a connection that moved on unpunished still reads what its
+/// server says once hyper closes it (or until the server closes): a
+/// punishment of its last resets (a GOAWAY ENHANCE_YOUR_CALM sent as they
+/// arrive) comes a round trip after them, when hyper no longer reads.
+/// [`PATIENCE_FLOOR`]: what a loaded machine may add to a round trip.
+#[cfg(feature = "http2")]
+pub(crate) const LINGER: Duration = PATIENCE_FLOOR;
 /// Handshakes [`patience`] looks back on.
 #[cfg(feature = "http2")]
 pub(crate) const HANDSHAKES_KEPT: usize = 8;
@@ -265,15 +272,21 @@ pub(crate) enum Role {
 /// lesson's resets; unpunished, the next one takes twice that, then twice
 /// again, then any number, and bearing [`FORGET_AT`] times the lesson's
 /// resets unpunished, forgets it. A lesson punished once only (one refusal
-/// for another reason) is forgotten at its first unpunished test. So a
-/// server that punishes every connection, at any limits, punishes one
-/// connection per test at most, and the tests come ever more rarely.
+/// for another reason) is forgotten at its first unpunished test; one
+/// learned again after a lesson was forgotten starts with twice the hold
+/// the forgotten one had come to. So a server that punishes every
+/// connection, at any limits, punishes one connection per test at most,
+/// and the tests come ever more rarely.
 #[cfg(feature = "http2")]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Share {
     lesson: Option<Lesson>,
     /// Lessons learned, to tell a test of an earlier one.
     learned: u64,
+    /// The punishments of the last lesson forgotten, if any: one learned
+    /// again starts tested as rarely as that one had come to be, and once
+    /// more (a server punishing again is no one-off).
+    forgotten: Option<u32>,
 }
 
 #[cfg(feature = "http2")]
@@ -344,7 +357,9 @@ impl Share {
         }
         let Some(l) = &mut self.lesson else {
             self.learned += 1;
-            self.lesson = Some(Lesson { bore, hold: FIRST_HOLD, confirmed: 0, level: 1, testing: false });
+            let confirmed = self.forgotten.map_or(0, |c| (c + 1).min(MOST_CONFIRMED));
+            let hold = FIRST_HOLD << confirmed;
+            self.lesson = Some(Lesson { bore, hold, confirmed, level: 1, testing: false });
             return;
         };
         l.bore = l.bore.min(bore);
@@ -365,6 +380,7 @@ impl Share {
             Role::Test { level, lesson } if lesson == self.learned => {
                 l.testing = false;
                 if l.confirmed == 0 || level >= UNBOUND {
+                    self.forgotten = Some(l.confirmed);
                     self.lesson = None;
                 } else {
                     l.level = level + 1;
@@ -430,10 +446,7 @@ mod tests {
         while share.lesson.is_some() && allowances.len() < most {
             let role = share.role();
             allowances.push(share.allowance_of(role));
-            match share.forgets_after(role) {
-                Some(_) => share.passed(role),
-                None => share.passed(role),
-            }
+            share.passed(role);
         }
         allowances
     }
@@ -449,6 +462,13 @@ mod tests {
             unpunished(&mut share, 100),
             [1, 1, 1, 4],
             "three moves at the lesson, one test, then none"
+        );
+        assert_eq!(share.allowance(), 0);
+        share.punished(2, Role::Share);
+        assert_eq!(
+            unpunished(&mut share, 100),
+            [1, 1, 1, 1, 1, 1, 4, 8, 16, 0],
+            "punished again: held twice as long, then tested up to any number"
         );
         assert_eq!(share.allowance(), 0);
     }
