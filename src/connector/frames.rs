@@ -1,17 +1,19 @@
 //! What an HTTP/2 connection carries, read frame by frame: the
-//! [`Http2Connector`](crate::Http2Connector) counts the RST_STREAM frames
-//! hyper's h2 actually writes (a dropped body whose every byte had arrived
-//! is closed, not reset, and sends none), so a connection is charged only
-//! for its own resets; and it reads what the server says of them (a stream
-//! refused with ENHANCE_YOUR_CALM, a GOAWAY's error code), which a request
-//! on a connection the server closed never sees.
+//! [`Http2Connector`](crate::Http2Connector) reads, of what hyper's h2
+//! writes, each request (HEADERS of a new stream) and each RST_STREAM it
+//! actually writes (a dropped body whose every byte had arrived is closed,
+//! not reset, and sends none), so a connection is charged only for what it
+//! may yet reset; and, of what the server sends, each stream it ends
+//! (END_STREAM) or resets, and what it says of the resets (a stream refused
+//! with ENHANCE_YOUR_CALM, a GOAWAY's last stream id and error code), which
+//! a request on a connection the server closed never sees.
 //!
 //! Only frame headers are read (RFC 9113, 4.1: 24-bit length, type, flags,
-//! stream id), and the first octets of RST_STREAM and GOAWAY payloads (their
-//! error codes); other payloads are skipped by their length, never copied.
-//! The client's connection preface (24 octets) comes first on what it
-//! writes. Anything that is not HTTP/2 (an HTTP/1 request line) stops the
-//! reading for good.
+//! stream id), and the first octets of the server's RST_STREAM and GOAWAY
+//! payloads (their error codes, GOAWAY's last stream id); other payloads
+//! are skipped by their length, never copied. The client's connection
+//! preface (24 octets) comes first on what it writes. Anything that is not
+//! HTTP/2 (an HTTP/1 request line) stops the reading for good.
 
 use crate::http2::Proto;
 

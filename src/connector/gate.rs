@@ -7,14 +7,13 @@
 //! goes). When to wait, how long, and what a share is are the HTTP/2 room's (`http2`)
 //! (`gates`, `patience`, `Share`); the futures that wait are `mod.rs`'s.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-use http::Uri;
-
+use super::Settings;
 use crate::http2::{self, DialFailed, Proto, Role, Share};
 
 /// What one dial has come to, as those waiting for it see it.
@@ -247,7 +246,7 @@ impl Entry {
 }
 
 impl DialOrigin {
-    fn new(https: bool, settings: Settings) -> Self {
+    pub(super) fn new(https: bool, settings: Settings) -> Self {
         DialOrigin {
             https,
             gate: Mutex::new(Gate {
@@ -366,30 +365,17 @@ impl DialOrigin {
         self.allowance.load(Ordering::Relaxed)
     }
 
-    /// What a new connection is to the origin's lesson (a fixed share has
-    /// none to test).
-    pub(crate) fn role(&self) -> Role {
+    /// What a new connection is to the origin's lesson, its own allowance
+    /// if it tests the lesson (`0`: any number), and the resets after which
+    /// it forgets it (the unbounded test); a fixed share has none to test.
+    pub(crate) fn terms(&self) -> (Role, Option<usize>, Option<usize>) {
         if self.fixed_share {
-            return Role::Share;
+            return (Role::Share, None, None);
         }
-        self.gate().share.role()
-    }
-
-    /// What a connection of `role` may yet reset before it moves on (`0`:
-    /// any number).
-    pub(crate) fn allowance_of(&self, role: Role) -> usize {
-        match role {
-            Role::Share => self.share(),
-            Role::Test { .. } => self.gate().share.allowance_of(role),
-        }
-    }
-
-    /// Resets after which a connection of `role`, the unbounded test,
-    /// forgets the lesson.
-    pub(crate) fn forgets_after(&self, role: Role) -> Option<usize> {
-        match role {
-            Role::Share => None,
-            Role::Test { .. } => self.gate().share.forgets_after(role),
+        let mut gate = self.gate();
+        match gate.share.role() {
+            Role::Share => (Role::Share, None, None),
+            test => (test, Some(gate.share.allowance_of(test)), gate.share.forgets_after(test)),
         }
     }
 
@@ -442,45 +428,6 @@ impl DialOrigin {
 /// code).
 fn wake(wakers: Vec<Waker>) {
     wakers.into_iter().for_each(Waker::wake);
-}
-
-/// What the user fixed (`Http2Connector::resets_per_connection`,
-/// `Http2Connector::dial_patience`), for every origin.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct Settings {
-    pub(crate) share: Option<usize>,
-    pub(crate) patience: Option<Duration>,
-}
-
-/// The origins of one connector (and of its clones).
-pub(crate) struct Origins {
-    by_key: Mutex<HashMap<Box<str>, Arc<DialOrigin>>>,
-    pub(crate) settings: Settings,
-}
-
-/// Origins kept before those no connection or dial uses are forgotten.
-const KEPT: usize = 1024;
-
-impl Origins {
-    pub(crate) fn new(settings: Settings) -> Self {
-        Origins { by_key: Mutex::default(), settings }
-    }
-
-    /// The origin of `dst` (scheme, host and port: never a userinfo).
-    pub(crate) fn of(&self, dst: &Uri) -> Arc<DialOrigin> {
-        let scheme = dst.scheme_str().unwrap_or("");
-        let host = dst.host().unwrap_or("");
-        let port = dst.port_u16().unwrap_or(if scheme == "https" { 443 } else { 80 });
-        let key = format!("{scheme}://{host}:{port}").into_boxed_str();
-        let mut by_key = self.by_key.lock().unwrap_or_else(|e| e.into_inner());
-        if by_key.len() >= KEPT && !by_key.contains_key(&key) {
-            by_key.retain(|_, origin| Arc::strong_count(origin) > 1);
-        }
-        by_key
-            .entry(key)
-            .or_insert_with(|| Arc::new(DialOrigin::new(scheme == "https", self.settings)))
-            .clone()
-    }
 }
 
 #[cfg(test)]
@@ -591,7 +538,7 @@ mod tests {
         let fixed = DialOrigin::new(true, Settings { share: Some(7), ..Settings::default() });
         fixed.punished(300, Role::Share);
         assert_eq!(fixed.share(), 7);
-        let origins = Origins::new(Settings::default());
+        let origins = super::super::Origins::new(Settings::default());
         let a = origins.of(&"https://user:secret@example.com".parse().unwrap());
         let b = origins.of(&"https://example.com:443".parse().unwrap());
         assert!(Arc::ptr_eq(&a, &b), "one origin, however spelled");

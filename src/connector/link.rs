@@ -56,15 +56,10 @@ pub(crate) struct Link {
 
 impl Link {
     pub(crate) fn new(origin: Arc<DialOrigin>) -> Arc<Link> {
-        let role = origin.role();
-        let (own, forget_at) = match role {
-            Role::Share => (None, None),
-            Role::Test { level, .. } => {
-                let own = origin.allowance_of(role);
-                tracing::debug!(target: "drain_on_drop", level, own, "HTTP/2 connection tests its origin's share");
-                (Some(own), origin.forgets_after(role))
-            }
-        };
+        let (role, own, forget_at) = origin.terms();
+        if let (Role::Test { level, .. }, Some(own)) = (role, own) {
+            tracing::debug!(target: "drain_on_drop", level, own, "HTTP/2 connection tests its origin's share");
+        }
         origin.unhandled(true);
         Arc::new(Link {
             origin,
@@ -87,16 +82,16 @@ impl Link {
     /// requests, and `open` of its streams may still be reset (stored in
     /// that order: a reader loads them the other way round).
     pub(crate) fn charge(&self, resets: usize, open: usize, written: usize) {
-        self.resets.store(resets, Ordering::SeqCst);
-        self.open.store(open, Ordering::SeqCst);
-        self.written.store(written, Ordering::SeqCst);
+        self.resets.store(resets, Ordering::Relaxed);
+        self.open.store(open, Ordering::Release);
+        self.written.store(written, Ordering::Release);
         self.check();
     }
 
     /// hyper-util's pool handed the connection to a request (`LinkTag`'s
     /// clone of the pool's own copy).
     fn checked_out(&self) {
-        self.checkouts.fetch_add(1, Ordering::SeqCst);
+        self.checkouts.fetch_add(1, Ordering::Relaxed);
         self.check();
     }
 
@@ -106,10 +101,10 @@ impl Link {
     /// and its pool checkout, raced: one of them is dropped unused), so one
     /// checkout is never written.
     fn may_reset(&self) -> usize {
-        let written = self.written.load(Ordering::SeqCst);
-        let open = self.open.load(Ordering::SeqCst);
-        let resets = self.resets.load(Ordering::SeqCst);
-        let pending = self.checkouts.load(Ordering::SeqCst).saturating_sub(written.saturating_add(1));
+        let written = self.written.load(Ordering::Acquire);
+        let open = self.open.load(Ordering::Acquire);
+        let resets = self.resets.load(Ordering::Relaxed);
+        let pending = self.checkouts.load(Ordering::Relaxed).saturating_sub(written.saturating_add(1));
         resets.saturating_add(open).saturating_add(pending)
     }
 
@@ -121,7 +116,7 @@ impl Link {
             return;
         }
         let allowance = self.own.unwrap_or_else(|| self.origin.share());
-        if http2::moves_on(self.may_reset(), allowance) {
+        if allowance > 0 && http2::moves_on(self.may_reset(), allowance) {
             self.move_on();
         } else if self.forget_at.is_some_and(|at| self.resets() >= at)
             && !self.passed.swap(true, Ordering::AcqRel)

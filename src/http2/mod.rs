@@ -63,21 +63,38 @@
 //! mod_http2 sends GOAWAY INTERNAL_ERROR after a few thousand. Go's client
 //! dials another connection once its resets outrun the server's PING
 //! answers. Most servers punish nothing: Go's net/http, nginx, h2o, hyper.
-//! So a connection is charged for the resets it actually sent (RST_STREAM
-//! frames written on it, counted by the connector), and moves on
-//! (hyper-util's `Connected::poison`: no new request goes on it, the ones on
-//! it finish) only once its origin's share is spent. The connector reads
-//! the frame headers the server sends too: a stream refused with
-//! ENHANCE_YOUR_CALM, or a GOAWAY with ENHANCE_YOUR_CALM or INTERNAL_ERROR,
-//! after resets, punishes the connection ([`punishes`]): it takes no new
-//! request, and its origin learns a share, half the resets it had sent.
-//! A lesson is then tested, as TCP probes a congestion window: after
-//! [`FIRST_HOLD`] connections moved on at that share unpunished, the next
-//! may take twice the resets that were punished; punished again, the
-//! lesson holds twice as long before the next probe (a Node session that
-//! fills at 14 resets is probed ever more rarely); unpunished, the lesson
-//! is forgotten, and the origin keeps one connection again (one refusal
-//! for another reason costs a few connections, not one per reset).
+//! So a connection is charged for what it may yet reset: the RST_STREAM
+//! frames written on it (counted by the connector: a body that had all
+//! arrived sends none), its streams in flight (each one a drop may reset;
+//! one the server ended, or reset, gives its charge back), and the requests
+//! hyper-util's pool handed it that have not gone out yet (counted as the
+//! pool hands them, under its lock). It moves on (hyper-util's
+//! `Connected::poison`: no new request goes on it, the ones on it finish)
+//! at the checkout that spends its share: a share of n means no server sees
+//! more than n resets of one connection, but for a new connection's first
+//! requests (hyper-util hands it to every request waiting for it at once,
+//! before its first response brings the view of it that poisons it: one a
+//! caller at most). The connector reads the frame headers the server sends
+//! too: a stream refused with ENHANCE_YOUR_CALM, or a GOAWAY with
+//! ENHANCE_YOUR_CALM or INTERNAL_ERROR, after resets, punishes the
+//! connection ([`punishes`]): it takes no new request, and its origin
+//! learns a share, half the resets the connection had sent before its
+//! punishment (those written before the refused stream, or before the first
+//! stream above the GOAWAY's last id), never more than it knew: a lowered
+//! limit is learned at its first punishment, and a server whose limits vary
+//! teaches the lowest. A connection that moved on unpunished still reads
+//! what its server says for [`LINGER`] once hyper closes it: a GOAWAY for
+//! its last resets comes after hyper stopped reading. A lesson is then
+//! tested, as TCP probes a congestion window: after [`FIRST_HOLD`]
+//! connections moved on at that share unpunished, the next may take twice
+//! the resets of the lesson; unpunished, the next takes twice that, then
+//! twice again, then any number (bearing 16 times the lesson unpunished,
+//! it forgets the lesson, and the origin keeps one connection again);
+//! punished at any of them, the lesson holds twice as long before the next
+//! test, 3, 6, 12 ... 192 connections: a server that punishes every
+//! connection, at any limits, punishes one connection per test at most. A
+//! lesson punished once only is forgotten at its first unpunished test (one
+//! refusal for another reason costs a few connections, not one per reset).
 //!
 //! **Retries** ([`retries`]). A request the server refused before
 //! processing it (RFC 9113, 8.7) goes again, whatever its method: one on a
