@@ -40,10 +40,10 @@ pub(crate) struct Origin {
     drains: AtomicUsize,
     /// Whether each request's connection is captured, for hyper-util's
     /// view of it (through which an `Http2Connector`'s connection moves on,
-    /// `connector::Link`): [`CAPTURE_UNKNOWN`] until a response says (every
-    /// request, the first ones to a new origin included, is captured while
-    /// none came, so that a first connection moves on in time too), then
-    /// as its `Http2Connector` connections want ([`CAPTURE`]), or never
+    /// `connector::Link`): [`CAPTURE_UNKNOWN`] until a response says (where
+    /// a share is fixed, every request is captured while none came, so that
+    /// a first connection moves on in time too), then as its
+    /// `Http2Connector` connections want ([`CAPTURE`]), or never
     /// ([`CAPTURE_NOT`]: it answered on no such connection).
     #[cfg(feature = "http2")]
     wants_capture: AtomicU8,
@@ -65,15 +65,18 @@ impl Origin {
     }
 
     /// Whether a request's connection is to be captured (see
-    /// `wants_capture`): before the origin's first response, yes; after
-    /// one that said nothing (no `Http2Connector` connection carried it),
-    /// never again.
+    /// `wants_capture`): before the origin's first response, only where
+    /// some `Http2Connector` has a fixed share (its first connection may
+    /// have to move on before any response; a capture replaces the
+    /// caller's own); after one that said nothing (no `Http2Connector`
+    /// connection carried it), never again.
     #[cfg(feature = "http2")]
     #[inline]
     pub(crate) fn captures(&self) -> bool {
         match self.wants_capture.load(Ordering::Relaxed) {
             CAPTURE => true,
             CAPTURE_NOT => false,
+            _ if !crate::connector::captures_before_response() => false,
             _ if self.round_trip().is_none() => true,
             _ => {
                 let _ = self.wants_capture.compare_exchange(
