@@ -78,6 +78,14 @@
 //!     streams under 16 callers' drops); 1 caller x 200 requests, and 16
 //!     callers x 800 (past some 1,000 resets on a connection, Node sends
 //!     GOAWAY INTERNAL_ERROR, another punishment).
+//!   - random limits 20-200 (issue 54): a server of our own
+//!     (`common::h2limits`) punishing each connection once the client's
+//!     resets on it pass a limit of its own, drawn between 20 and 200 from a
+//!     seed: every request arriving after is refused with RST_STREAM
+//!     ENHANCE_YOUR_CALM, and after 8 refusals the connection gets GOAWAY
+//!     ENHANCE_YOUR_CALM; every other request gets a head and a body that
+//!     never ends. 16 callers x 1,000 requests (quick 250); the table adds
+//!     the connections the server punished.
 //!
 //!   Outside the stalled-handshake cell each request's time limit is a
 //!   guard (30 s when dials fail, else 10 s), and no request starts after
@@ -92,7 +100,8 @@
 //! (issue 48's figures), against hyper-util alone: stalled handshakes, no
 //! more failed than alone and a p99 within alone's + 1 s; failing dials, the
 //! last failure within 2 x alone's; recycling, 0 failed; one refusal, at
-//! most alone's connections + 8.
+//! most alone's connections + 8; random limits, no more failed than alone
+//! and at most 7 connections punished plus one per 193 connections.
 //!
 //! `cargo bench --bench http2 [-- --quick] [-- --repeat K] [-- CELL...]`, where
 //! CELL is part of a cell's label, such as `"hyper, 1 MiB, 1 caller"`,
@@ -290,6 +299,7 @@ fn fault_cells() -> Vec<Cell> {
     let stalled = Fault::Stalled { every: 4 };
     let failing = Fault::FailingDials { after_ms: 400 };
     let (recycling, refusal) = (Fault::Recycling, Fault::OneRefusal);
+    let limits = Fault::RandomLimits { lo: 20, hi: 200 };
     let (nginx16, nginx100) = (ServerKind::Nginx(Some(16)), ServerKind::Nginx(Some(100)));
     vec![
         fault(stalled, hyper, 16, (4_000, 1_000), s(3), (s(15), s(6)), FaultTarget::AnsweredAsAlone),
@@ -298,6 +308,7 @@ fn fault_cells() -> Vec<Cell> {
         fault(recycling, nginx100, 16, (10_000, 2_000), s(10), (s(30), s(30)), FaultTarget::NoneLost),
         fixed(fault(refusal, node, 1, (200, 200), s(10), (s(60), s(60)), FaultTarget::ConnectionsAsAlone)),
         fixed(fault(refusal, node, 16, (800, 800), s(10), (s(30), s(30)), FaultTarget::ConnectionsAsAlone)),
+        fixed(fault(limits, hyper, 16, (16_000, 4_000), s(10), (s(60), s(30)), FaultTarget::Punished)),
     ]
 }
 

@@ -242,7 +242,7 @@ impl DrainOnDropLayer {
     /// (`IncompleteMessage`, sometimes `ConnectionReset`). The layer keeps
     /// connections that hyper-util alone would close at each early drop, so
     /// it keeps them clear of that race: with
-    /// [`IdleTimeout::Learned`](crate::IdleTimeout::Learned), **the
+    /// [`IdleTimeout::Learned`], **the
     /// default**, it learns each origin's idle timeout from what its servers
     /// say (`Keep-Alive: timeout=`, and `max=0`: no further request) and do
     /// (a pooled connection closed while idle, which the
@@ -260,10 +260,10 @@ impl DrainOnDropLayer {
     /// before any idle close was seen ([`RetryRefused`](crate::RetryRefused)
     /// above the layer sends a GET that lost it again), and a NAT or
     /// balancer that drops an idle flow without a FIN. Set
-    /// [`IdleTimeout::Known`](crate::IdleTimeout::Known) with a time below
+    /// [`IdleTimeout::Known`] with a time below
     /// the shortest such timeout on the way to retire connections before
     /// it, for every origin, or
-    /// [`IdleTimeout::Ignored`](crate::IdleTimeout::Ignored) to retire
+    /// [`IdleTimeout::Ignored`] to retire
     /// none. [`origins`](Self::origins) shows what each origin learned
     /// (`idle_timeout`, `retire_after`), and [`DrainStats::reuse`] counts the
     /// connections `retired`. Default is `IdleTimeout::Learned`.

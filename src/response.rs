@@ -129,7 +129,8 @@ fn observed<B>(
     let Some((reuse, tag)) = ConnectionTag::take(response.extensions_mut()) else { return (None, None, 0) };
     shared.stats.response(reuse.reused);
     let setting = shared.config.idle_timeout;
-    let (Some(origin), false) = (origin, response.version() >= Version::HTTP_2 || setting == IdleTimeout::Ignored)
+    let (Some(origin), false) =
+        (origin, response.version() >= Version::HTTP_2 || setting == IdleTimeout::Ignored)
     else {
         return (Some(reuse), None, 0);
     };
@@ -138,10 +139,13 @@ fn observed<B>(
     (Some(reuse), Some(conn), request)
 }
 
-/// An HTTP/2 response: if it came on an `Http2Connector`'s connection that
-/// lacks hyper-util's view of itself, the connection takes it from
-/// `captured`, or the origin's next request is captured for it (one
-/// request per connection, then none).
+/// An HTTP/2 response on an `Http2Connector`'s connection: the connection
+/// takes hyper-util's view of itself from `captured` if it lacks it (or,
+/// moved on, poisons it again through it before this caller's next
+/// request); and its origin's requests are all captured while one of the
+/// connector's connections to it may have to move on (it has a share of
+/// resets, or lacks that view), so that each connection has it from its
+/// first response on, before any caller sends a second request on it.
 #[cfg(feature = "http2")]
 fn links<B>(
     response: &Response<B>,
@@ -149,14 +153,11 @@ fn links<B>(
     captured: Option<hyper_util::client::legacy::connect::CaptureConnection>,
 ) {
     let Some(link) = crate::connector::LinkTag::of_response(response.extensions()) else { return };
-    if !link.wants_handle() {
-        return;
-    }
     if let Some(captured) = captured {
         link.offer_handle(captured);
     }
     if let Some(origin) = origin {
-        origin.want_capture(link.wants_handle());
+        origin.want_capture(link.wants_captures());
     }
 }
 

@@ -287,8 +287,8 @@ async fn what_a_server_says_is_the_timeout_until_its_close_is_seen() {
 }
 
 /// `Keep-Alive: max=0`: the server takes no further request on the
-/// connection; it retires as soon as it is idle, and the next request goes
-/// on a new connection.
+/// connection; it retires (when next polled idle), and the next request
+/// goes on a new connection.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_that_says_max_0_gets_the_next_request_on_a_new_connection() {
     let idle = Idle { says: Some("timeout=5, max=0".into()), ..Idle::after(Duration::from_secs(5)) };
@@ -300,7 +300,7 @@ async fn a_server_that_says_max_0_gets_the_next_request_on_a_new_connection() {
     }
     let reuse = layer.stats().reuse();
     assert_eq!((reuse.connections_opened, reuse.reused), (3, 0), "{reuse:?}");
-    wait_for("the last connection to retire too", SLACK, || layer.stats().reuse().retired == 3).await;
+    assert!(reuse.retired >= 2, "each connection retired before a second request: {reuse:?}");
     assert_eq!(server.accepted(), 3);
     assert!(server.twice().is_empty());
 }

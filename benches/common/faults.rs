@@ -15,6 +15,10 @@
 //! - [`Fault::OneRefusal`]: Node's server refuses one stream in its life with
 //!   RST_STREAM ENHANCE_YOUR_CALM, after the client's 2nd reset on that
 //!   connection (`/calm/N` of `tests/node/h2server.js`).
+//! - [`Fault::RandomLimits`]: a server punishing each connection once the
+//!   client's resets on it pass a limit of its own, drawn between `lo` and
+//!   `hi` (`h2limits.rs`: refusals, then GOAWAY); it counts the connections
+//!   it punished.
 //!
 //! Each caller sends GETs one after the other, dropping each body right
 //! after its head, each request under a time limit of its own (it fails
@@ -53,11 +57,14 @@ use tower::{Service, ServiceExt};
 
 use super::BoxError;
 use super::frames::FrameCounter;
+#[path = "h2limits.rs"]
+mod h2limits;
 use super::h2::{Road, Run};
 use super::h2report::{FaultFigures, Figures, Policy};
 use super::run::Runtimes;
 use super::servers::{Server, ServerKind};
 use super::tls::Tls;
+use h2limits::{LimitServer, Limits};
 
 /// What goes wrong in a fault cell.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -74,6 +81,9 @@ pub enum Fault {
     /// Node refuses one stream in its life with ENHANCE_YOUR_CALM, after
     /// the client's 2nd reset on a connection (`/calm/N`).
     OneRefusal,
+    /// Each connection punished past a limit of resets of its own, drawn
+    /// between `lo` and `hi` (`h2limits.rs`); no other server.
+    RandomLimits { lo: usize, hi: usize },
 }
 
 impl Fault {
@@ -84,12 +94,14 @@ impl Fault {
             Fault::FailingDials { after_ms } => format!("dials closed after {after_ms} ms"),
             Fault::Recycling => "recycling".into(),
             Fault::OneRefusal => "one refusal then none".into(),
+            Fault::RandomLimits { lo, hi } => format!("random limits {lo}-{hi}"),
         }
     }
 
-    /// Whether the cell runs a server (failing dials have none).
+    /// Whether the cell runs the cell's server (failing dials have none;
+    /// random limits, its own).
     pub fn has_server(self) -> bool {
-        !matches!(self, Fault::FailingDials { .. })
+        !matches!(self, Fault::FailingDials { .. } | Fault::RandomLimits { .. })
     }
 }
 
@@ -114,7 +126,7 @@ impl Setup {
     /// it refuses once, else `/len/N`.
     fn path(&self) -> String {
         match (self.server, self.fault) {
-            (ServerKind::Hyper, _) => "/".into(),
+            (ServerKind::Hyper, _) | (_, Fault::RandomLimits { .. }) => "/".into(),
             (_, Fault::OneRefusal) => format!("/calm/{}", self.len),
             _ => format!("/len/{}", self.len),
         }
@@ -143,7 +155,14 @@ pub fn run(
     // client -> frame counter -> [stall proxy | closing listener] -> server
     let mut stall = None;
     let mut closing = None;
+    let mut limited = None;
     let upstream = match (setup.fault, &server) {
+        (Fault::RandomLimits { lo, hi }, _) => {
+            let s = LimitServer::start(rt, tls, Limits { lo, hi, seed: 54 })?;
+            let addr = s.addr();
+            limited = Some(s);
+            addr
+        }
         (Fault::FailingDials { after_ms }, _) => {
             let l = ClosingListener::start(rt, Duration::from_millis(after_ms));
             let addr = l.addr();
@@ -162,7 +181,7 @@ pub fn run(
     let counter = FrameCounter::opaque(rt, upstream);
     let uri: Uri = format!("https://localhost:{}{}", counter.addr().port(), setup.path()).parse()?;
     let mut notes = Vec::new();
-    let (run, fault) = match policy {
+    let (run, mut fault) = match policy {
         Policy::Go => {
             let bin = go.expect("checked");
             let g = super::go::h2_faults(
@@ -186,6 +205,7 @@ pub fn run(
                 last_failure: g.last_failure,
                 rss_growth_kib: g.rss_growth_kib,
                 max_rss_kib: Some(g.max_rss_kib),
+                punished: None,
             };
             (run, fault)
         }
@@ -206,6 +226,12 @@ pub fn run(
     }
     if let Some(l) = &closing {
         notes.push(format!("closed {}", l.accepted()));
+    }
+    if let Some(s) = &limited {
+        fault.punished = Some(s.punished());
+        if s.accepted() != frames.connections {
+            notes.push(format!("server accepted {}", s.accepted()));
+        }
     }
     if let Some(server) = &server {
         let note = server.note(&runtimes.client, frames.connections);
@@ -280,6 +306,7 @@ fn parse_child(line: &str) -> Option<ChildRun> {
         last_failure,
         rss_growth_kib: growth,
         max_rss_kib: Some(max.max(0) as u64),
+        punished: None,
     };
     Some(ChildRun { run, fault, notes })
 }
@@ -374,6 +401,7 @@ impl Calls {
             last_failure: self.last_failure,
             rss_growth_kib,
             max_rss_kib: None,
+            punished: None,
         };
         (self.run, fault)
     }

@@ -1,52 +1,60 @@
 //! What an HTTP/2 connection carries, read frame by frame: the
-//! [`Http2Connector`](crate::Http2Connector) counts the RST_STREAM frames
-//! hyper's h2 actually writes (a dropped body whose every byte had arrived
-//! is closed, not reset, and sends none), so a connection is charged only
-//! for its own resets; and it reads what the server says of them (a stream
-//! refused with ENHANCE_YOUR_CALM, a GOAWAY's error code), which a request
-//! on a connection the server closed never sees.
+//! [`Http2Connector`](crate::Http2Connector) reads, of what hyper's h2
+//! writes, each request (HEADERS of a new stream) and each RST_STREAM it
+//! actually writes (a dropped body whose every byte had arrived is closed,
+//! not reset, and sends none), so a connection is charged only for what it
+//! may yet reset; and, of what the server sends, each stream it ends
+//! (END_STREAM) or resets, and what it says of the resets (a stream refused
+//! with ENHANCE_YOUR_CALM, a GOAWAY's last stream id and error code), which
+//! a request on a connection the server closed never sees.
 //!
 //! Only frame headers are read (RFC 9113, 4.1: 24-bit length, type, flags,
-//! stream id), and the first octets of RST_STREAM and GOAWAY payloads (their
-//! error codes); other payloads are skipped by their length, never copied.
-//! The client's connection preface (24 octets) comes first on what it
-//! writes. Anything that is not HTTP/2 (an HTTP/1 request line) stops the
-//! reading for good.
+//! stream id), and the first octets of the server's RST_STREAM and GOAWAY
+//! payloads (their error codes, GOAWAY's last stream id); other payloads
+//! are skipped by their length, never copied. The client's connection
+//! preface (24 octets) comes first on what it writes. Anything that is not
+//! HTTP/2 (an HTTP/1 request line) stops the reading for good.
 
-use crate::http2::{self, Proto, Received};
+use crate::http2::Proto;
 
 /// The client connection preface (RFC 9113, 3.4).
 const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
-/// Frame type HEADERS: a request.
+/// Frame type DATA.
+const DATA: u8 = 0x0;
+/// Frame type HEADERS: a request (or its trailers), or a response's head.
 const HEADERS: u8 = 0x1;
 /// Frame type RST_STREAM: payload, the error code (4 octets).
 const RST_STREAM: u8 = 0x3;
 /// Frame type GOAWAY: payload, the last stream id then the error code.
 const GOAWAY: u8 = 0x7;
+/// Flag END_STREAM (DATA, HEADERS).
+const END_STREAM: u8 = 0x1;
 
-/// What some bytes held.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Seen {
-    /// RST_STREAM frames.
-    pub(crate) resets: usize,
-    /// HEADERS frames: requests sent.
-    pub(crate) requests: usize,
-    /// The first RST_STREAM or GOAWAY read whose code punishes the
-    /// connection (`http2::punishes`; the server's side only).
-    pub(crate) received: Option<Received>,
+/// A frame that matters to what a connection may yet reset, as read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Frame {
+    /// HEADERS on stream `id` (the client's: a request, or its trailers;
+    /// the server's only with END_STREAM, `end`).
+    Headers { id: u32, end: bool },
+    /// The server's DATA with END_STREAM on stream `id`.
+    DataEnd { id: u32 },
+    /// RST_STREAM on stream `id`; the server's with its error code.
+    Reset { id: u32, code: Option<h2::Reason> },
+    /// The server's GOAWAY: its last stream id and error code.
+    GoAway { last: u32, code: h2::Reason },
 }
 
 /// Reads one direction of a connection's bytes, in order.
 #[derive(Debug)]
 pub(crate) struct Frames {
     state: State,
-    /// The server's side: RST_STREAM and GOAWAY codes are read.
+    /// The server's side: RST_STREAM and GOAWAY payloads are read.
     server: bool,
     /// A frame header split over calls, and how much of it is here.
     header: [u8; 9],
     have: usize,
-    /// The first octets of a payload whose error code is read.
+    /// The first octets of a payload that is read.
     code: [u8; 8],
 }
 
@@ -56,9 +64,9 @@ enum State {
     Preface(usize),
     /// Reading a frame header.
     Header,
-    /// In a payload: octets left, and, of a frame whose code is read, its
-    /// type and the octets of `code` still to come.
-    Payload { left: usize, kind: u8, want: usize },
+    /// In a payload: octets left, and, of a frame whose payload is read,
+    /// its type, stream id and the octets of `code` still to come.
+    Payload { left: usize, kind: u8, id: u32, want: usize },
     /// Not HTTP/2: nothing more is read.
     Off,
 }
@@ -85,18 +93,17 @@ impl Frames {
         }
     }
 
-    /// Reads `bytes`, the next ones: the frames whose headers ended in
-    /// them.
-    pub(crate) fn read(&mut self, mut bytes: &[u8]) -> Seen {
-        let mut seen = Seen::default();
+    /// Reads `bytes`, the next ones, telling `on` each frame that matters
+    /// once what it needs of it was read, in order.
+    pub(crate) fn read(&mut self, mut bytes: &[u8], on: &mut impl FnMut(Frame)) {
         while !bytes.is_empty() {
             match self.state {
-                State::Off => return seen,
+                State::Off => return,
                 State::Preface(matched) => {
                     let n = (PREFACE.len() - matched).min(bytes.len());
                     if bytes[..n] != PREFACE[matched..matched + n] {
                         self.state = State::Off;
-                        return seen;
+                        return;
                     }
                     bytes = &bytes[n..];
                     self.state = if matched + n == PREFACE.len() {
@@ -112,27 +119,10 @@ impl Frames {
                     bytes = &bytes[n..];
                     if self.have == 9 {
                         self.have = 0;
-                        let h = &self.header;
-                        let len = usize::from(h[0]) << 16 | usize::from(h[1]) << 8 | usize::from(h[2]);
-                        let kind = h[3];
-                        match kind {
-                            RST_STREAM => seen.resets += 1,
-                            HEADERS => seen.requests += 1,
-                            _ => {}
-                        }
-                        // The code's octets: RST_STREAM's first 4, GOAWAY's 4
-                        // after the last stream id (a shorter payload is
-                        // malformed, and h2 ends the connection for it).
-                        let want = match kind {
-                            RST_STREAM if self.server && len >= 4 => 4,
-                            GOAWAY if self.server && len >= 8 => 8,
-                            _ => 0,
-                        };
-                        self.state =
-                            if len == 0 { State::Header } else { State::Payload { left: len, kind, want } };
+                        self.state = self.header_read(on);
                     }
                 }
-                State::Payload { left, kind, mut want } => {
+                State::Payload { left, kind, id, mut want } => {
                     let n = left.min(bytes.len());
                     if want > 0 {
                         let full = if kind == GOAWAY { 8 } else { 4 };
@@ -141,22 +131,57 @@ impl Frames {
                         self.code[at..at + take].copy_from_slice(&bytes[..take]);
                         want -= take;
                         if want == 0 {
-                            let c = &self.code[full - 4..full];
-                            let code = h2::Reason::from(u32::from_be_bytes([c[0], c[1], c[2], c[3]]));
-                            let frame =
-                                if kind == GOAWAY { Received::GoAway(code) } else { Received::Reset(code) };
-                            if seen.received.is_none() && http2::punishes(frame) {
-                                seen.received = Some(frame);
-                            }
+                            on(self.payload_read(kind, id));
                         }
                     }
                     bytes = &bytes[n..];
-                    self.state =
-                        if n == left { State::Header } else { State::Payload { left: left - n, kind, want } };
+                    self.state = if n == left {
+                        State::Header
+                    } else {
+                        State::Payload { left: left - n, kind, id, want }
+                    };
                 }
             }
         }
-        seen
+    }
+
+    /// A whole frame header is in `header`: what it tells at once, and what
+    /// is read next.
+    fn header_read(&self, on: &mut impl FnMut(Frame)) -> State {
+        let h = &self.header;
+        let len = usize::from(h[0]) << 16 | usize::from(h[1]) << 8 | usize::from(h[2]);
+        let (kind, flags) = (h[3], h[4]);
+        let id = u32::from_be_bytes([h[5], h[6], h[7], h[8]]) & 0x7fff_ffff;
+        let end = flags & END_STREAM != 0;
+        match (kind, self.server) {
+            (HEADERS, false) => on(Frame::Headers { id, end }),
+            (HEADERS, true) if end => on(Frame::Headers { id, end }),
+            (DATA, true) if end => on(Frame::DataEnd { id }),
+            (RST_STREAM, false) => on(Frame::Reset { id, code: None }),
+            _ => {}
+        }
+        // The server's RST_STREAM code (its 4 octets), and GOAWAY's last
+        // stream id and code (8): a shorter payload is malformed, and h2
+        // ends the connection for it.
+        let want = match kind {
+            RST_STREAM if self.server && len >= 4 => 4,
+            GOAWAY if self.server && len >= 8 => 8,
+            _ => 0,
+        };
+        if len == 0 { State::Header } else { State::Payload { left: len, kind, id, want } }
+    }
+
+    /// The read octets of a frame's payload, `code`, for a frame of `kind`
+    /// on stream `id`.
+    fn payload_read(&self, kind: u8, id: u32) -> Frame {
+        let word = |at: usize| {
+            u32::from_be_bytes([self.code[at], self.code[at + 1], self.code[at + 2], self.code[at + 3]])
+        };
+        if kind == GOAWAY {
+            Frame::GoAway { last: word(0) & 0x7fff_ffff, code: h2::Reason::from(word(4)) }
+        } else {
+            Frame::Reset { id, code: Some(h2::Reason::from(word(0))) }
+        }
     }
 }
 
@@ -165,8 +190,12 @@ mod tests {
     use super::*;
 
     fn frame(kind: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+        frame_with(kind, 0, stream, payload)
+    }
+
+    fn frame_with(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
         let len = payload.len();
-        let mut f = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, 0];
+        let mut f = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags];
         f.extend_from_slice(&stream.to_be_bytes());
         f.extend_from_slice(payload);
         f
@@ -184,64 +213,63 @@ mod tests {
         bytes
     }
 
+    fn all(frames: &mut Frames, bytes: &[u8], size: usize) -> Vec<Frame> {
+        let mut seen = Vec::new();
+        for chunk in bytes.chunks(size) {
+            frames.read(chunk, &mut |f| seen.push(f));
+        }
+        seen
+    }
+
     #[test]
-    fn every_reset_is_counted_once_however_the_writes_split_the_frames() {
+    fn every_request_and_reset_is_read_once_however_the_writes_split_the_frames() {
         let bytes = stream();
+        let expected = [
+            Frame::Headers { id: 1, end: false },
+            Frame::Reset { id: 1, code: None },
+            Frame::Reset { id: 3, code: None },
+            Frame::Headers { id: 5, end: false },
+        ];
         let mut whole = Frames::client();
-        assert_eq!(whole.read(&bytes), Seen { resets: 2, requests: 2, received: None });
+        assert_eq!(all(&mut whole, &bytes, bytes.len()), expected);
         assert_eq!(whole.speaks(), Some(Proto::Http2));
         for size in [1, 2, 7, 9, 10, 24, 25, 1000] {
-            let mut split = Frames::client();
-            let resets: usize = bytes.chunks(size).map(|c| split.read(c).resets).sum();
-            assert_eq!(resets, 2, "writes of {size} octets");
+            assert_eq!(all(&mut Frames::client(), &bytes, size), expected, "writes of {size} octets");
         }
     }
 
     #[test]
     fn http1_is_never_read_as_frames() {
         let mut frames = Frames::client();
-        assert_eq!(frames.read(b"GET / HTTP/1.1\r\nhost: a\r\n\r\n"), Seen::default());
+        assert_eq!(all(&mut frames, b"GET / HTTP/1.1\r\nhost: a\r\n\r\n", 100), []);
         assert_eq!(frames.speaks(), Some(Proto::Http1));
-        assert_eq!(frames.read(&stream()), Seen::default(), "off for good");
+        assert_eq!(all(&mut frames, &stream(), 100), [], "off for good");
         let mut partial = Frames::client();
-        assert_eq!(partial.read(&PREFACE[..10]), Seen::default());
+        assert_eq!(all(&mut partial, &PREFACE[..10], 100), []);
         assert_eq!(partial.speaks(), None, "not yet: the preface is not whole");
     }
 
     #[test]
-    fn the_servers_punishing_frames_are_read_with_their_codes_however_split() {
-        let settings_and_data = || {
-            let mut bytes = frame(0x4, 0, &[0; 6]); // SETTINGS
-            bytes.extend(frame(0x0, 1, &[b'x'; 20_000])); // DATA
-            bytes
-        };
-        let goaway = |code: u32| {
-            let mut payload = 7u32.to_be_bytes().to_vec();
-            payload.extend(code.to_be_bytes());
-            payload.extend(b"debug data");
-            frame(GOAWAY, 0, &payload)
-        };
-        let mut refused = settings_and_data();
-        refused.extend(frame(RST_STREAM, 3, &0xbu32.to_be_bytes())); // ENHANCE_YOUR_CALM
-        refused.extend(goaway(0)); // NO_ERROR
-        let mut cancelled_then_goaway = settings_and_data();
-        cancelled_then_goaway.extend(frame(RST_STREAM, 3, &8u32.to_be_bytes())); // CANCEL
-        cancelled_then_goaway.extend(goaway(2)); // INTERNAL_ERROR
-        let mut recycled = settings_and_data();
-        recycled.extend(goaway(0));
-        let cases = [
-            (refused, Some(Received::Reset(h2::Reason::ENHANCE_YOUR_CALM))),
-            (cancelled_then_goaway, Some(Received::GoAway(h2::Reason::INTERNAL_ERROR))),
-            (recycled, None),
+    fn the_servers_ends_refusals_and_goaways_are_read_with_their_ids_and_codes_however_split() {
+        use h2::Reason as R;
+        let mut bytes = frame(0x4, 0, &[0; 6]); // SETTINGS
+        bytes.extend(frame(0x1, 1, &[0x88])); // HEADERS, the stream left open
+        bytes.extend(frame(0x0, 1, &[b'x'; 20_000])); // DATA
+        bytes.extend(frame_with(0x1, END_STREAM, 3, &[0x88])); // HEADERS, END_STREAM
+        bytes.extend(frame_with(0x0, END_STREAM, 1, b"end")); // DATA, END_STREAM
+        bytes.extend(frame(RST_STREAM, 5, &0xbu32.to_be_bytes())); // ENHANCE_YOUR_CALM
+        let mut payload = 7u32.to_be_bytes().to_vec();
+        payload.extend(2u32.to_be_bytes()); // INTERNAL_ERROR
+        payload.extend(b"debug data");
+        bytes.extend(frame(GOAWAY, 0, &payload));
+        let expected = [
+            Frame::Headers { id: 3, end: true },
+            Frame::DataEnd { id: 1 },
+            Frame::Reset { id: 5, code: Some(R::ENHANCE_YOUR_CALM) },
+            Frame::GoAway { last: 7, code: R::INTERNAL_ERROR },
         ];
-        for (bytes, expected) in cases {
-            for size in [1, 3, 8, 9, 13, 4096, bytes.len()] {
-                let mut server = Frames::server();
-                let received = bytes.chunks(size).find_map(|c| server.read(c).received);
-                assert_eq!(received, expected, "reads of {size} octets");
-            }
+        for size in [1, 3, 8, 9, 13, 4096, bytes.len()] {
+            assert_eq!(all(&mut Frames::server(), &bytes, size), expected, "reads of {size} octets");
         }
-        let mut client = Frames::client();
-        assert_eq!(client.read(&stream()).received, None, "what the client writes is only counted");
     }
 }

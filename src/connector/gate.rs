@@ -7,15 +7,14 @@
 //! goes). When to wait, how long, and what a share is are the HTTP/2 room's (`http2`)
 //! (`gates`, `patience`, `Share`); the futures that wait are `mod.rs`'s.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-use http::Uri;
-
-use crate::http2::{self, DialFailed, Proto, Share};
+use super::Settings;
+use crate::http2::{self, DialFailed, Proto, Role, Share};
 
 /// What one dial has come to, as those waiting for it see it.
 #[derive(Clone, Debug)]
@@ -207,6 +206,8 @@ pub(crate) struct DialOrigin {
     allowance: AtomicUsize,
     /// The user fixed the allowance: nothing is learned.
     fixed_share: bool,
+    /// Its connections that lack hyper-util's view of themselves.
+    unhandled: AtomicUsize,
     /// The patience the user fixed, if any.
     fixed_patience: Option<Duration>,
 }
@@ -245,7 +246,7 @@ impl Entry {
 }
 
 impl DialOrigin {
-    fn new(https: bool, settings: Settings) -> Self {
+    pub(super) fn new(https: bool, settings: Settings) -> Self {
         DialOrigin {
             https,
             gate: Mutex::new(Gate {
@@ -256,6 +257,7 @@ impl DialOrigin {
             }),
             allowance: AtomicUsize::new(settings.share.unwrap_or(0)),
             fixed_share: settings.share.is_some(),
+            unhandled: AtomicUsize::new(0),
             fixed_patience: settings.patience,
         }
     }
@@ -357,20 +359,41 @@ impl DialOrigin {
         dial.set(phase)
     }
 
-    /// Resets one of its connections takes before it moves on (`0`: no
-    /// share).
+    /// Resets a connection of [`Role::Share`] may yet reset before it moves
+    /// on (`0`: no share).
     pub(crate) fn share(&self) -> usize {
         self.allowance.load(Ordering::Relaxed)
     }
 
-    /// One of its connections was punished after `resets` resets.
-    pub(crate) fn punished(&self, resets: usize) {
-        self.learn(|share| share.punished(resets));
+    /// What a new connection is to the origin's lesson, its own allowance
+    /// if it tests the lesson (`0`: any number), and the resets after which
+    /// it forgets it (the unbounded test); a fixed share has none to test.
+    pub(crate) fn terms(&self) -> (Role, Option<usize>, Option<usize>) {
+        if self.fixed_share {
+            return (Role::Share, None, None);
+        }
+        let mut gate = self.gate();
+        match gate.share.role() {
+            Role::Share => (Role::Share, None, None),
+            test => (test, Some(gate.share.allowance_of(test)), gate.share.forgets_after(test)),
+        }
     }
 
-    /// One of its connections moved on, unpunished so far, after `resets`.
-    pub(crate) fn moved(&self, resets: usize) {
-        self.learn(|share| share.moved(resets));
+    /// One of its connections, of `role`, was punished after `bore` resets.
+    pub(crate) fn punished(&self, bore: usize, role: Role) {
+        self.learn(|share| share.punished(bore, role));
+    }
+
+    /// One of its connections, of `role`, moved on unpunished at its
+    /// allowance.
+    pub(crate) fn passed(&self, role: Role) {
+        self.learn(|share| share.passed(role));
+    }
+
+    /// One of its connections, of `role`, ended unpunished before its
+    /// allowance.
+    pub(crate) fn ended(&self, role: Role) {
+        self.learn(|share| share.ended(role));
     }
 
     fn learn(&self, lesson: impl FnOnce(&mut Share)) {
@@ -381,51 +404,30 @@ impl DialOrigin {
         lesson(&mut gate.share);
         self.allowance.store(gate.share.allowance(), Ordering::Relaxed);
     }
+
+    /// A connection opened that lacks hyper-util's view of itself (`true`),
+    /// or one that lacked it was given it, or went (`false`).
+    pub(crate) fn unhandled(&self, more: bool) {
+        if more {
+            self.unhandled.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.unhandled.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether the layer is to capture every request's connection to this
+    /// origin: while one of its connections may have to move on (it has a
+    /// share: a lesson, or the user's), or lacks hyper-util's view of itself
+    /// (through which it moves on: a captured request's).
+    pub(crate) fn wants_captures(&self) -> bool {
+        self.share() > 0 || self.unhandled.load(Ordering::Relaxed) > 0
+    }
 }
 
 /// Wakes `wakers`: called with no lock held (a waker is the executor's
 /// code).
 fn wake(wakers: Vec<Waker>) {
     wakers.into_iter().for_each(Waker::wake);
-}
-
-/// What the user fixed (`Http2Connector::resets_per_connection`,
-/// `Http2Connector::dial_patience`), for every origin.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct Settings {
-    pub(crate) share: Option<usize>,
-    pub(crate) patience: Option<Duration>,
-}
-
-/// The origins of one connector (and of its clones).
-pub(crate) struct Origins {
-    by_key: Mutex<HashMap<Box<str>, Arc<DialOrigin>>>,
-    pub(crate) settings: Settings,
-}
-
-/// Origins kept before those no connection or dial uses are forgotten.
-const KEPT: usize = 1024;
-
-impl Origins {
-    pub(crate) fn new(settings: Settings) -> Self {
-        Origins { by_key: Mutex::default(), settings }
-    }
-
-    /// The origin of `dst` (scheme, host and port: never a userinfo).
-    pub(crate) fn of(&self, dst: &Uri) -> Arc<DialOrigin> {
-        let scheme = dst.scheme_str().unwrap_or("");
-        let host = dst.host().unwrap_or("");
-        let port = dst.port_u16().unwrap_or(if scheme == "https" { 443 } else { 80 });
-        let key = format!("{scheme}://{host}:{port}").into_boxed_str();
-        let mut by_key = self.by_key.lock().unwrap_or_else(|e| e.into_inner());
-        if by_key.len() >= KEPT && !by_key.contains_key(&key) {
-            by_key.retain(|_, origin| Arc::strong_count(origin) > 1);
-        }
-        by_key
-            .entry(key)
-            .or_insert_with(|| Arc::new(DialOrigin::new(scheme == "https", self.settings)))
-            .clone()
-    }
 }
 
 #[cfg(test)]
@@ -531,12 +533,12 @@ mod tests {
     fn the_share_is_learned_unless_fixed_and_keys_carry_no_userinfo() {
         let learned = origin(true);
         assert_eq!(learned.share(), 0, "no share until a server punishes");
-        learned.punished(300);
+        learned.punished(300, Role::Share);
         assert_eq!(learned.share(), 150);
         let fixed = DialOrigin::new(true, Settings { share: Some(7), ..Settings::default() });
-        fixed.punished(300);
+        fixed.punished(300, Role::Share);
         assert_eq!(fixed.share(), 7);
-        let origins = Origins::new(Settings::default());
+        let origins = super::super::Origins::new(Settings::default());
         let a = origins.of(&"https://user:secret@example.com".parse().unwrap());
         let b = origins.of(&"https://example.com:443".parse().unwrap());
         assert!(Arc::ptr_eq(&a, &b), "one origin, however spelled");

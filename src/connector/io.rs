@@ -5,21 +5,24 @@
 //! charged to its [`Link`]) and as it is read (what its server says of
 //! them), never changed.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
+use std::time::Instant;
 
 use http::Uri;
 use hyper::rt::{Read, ReadBuf, ReadBufCursor, Write};
 use hyper_util::client::legacy::connect::{Connected, Connection};
 use tower_service::Service;
 
-use super::frames::Frames;
+use super::frames::{Frame, Frames};
 use super::gate::{Dial, DialOrigin};
 use super::link::{Link, LinkTag};
-use crate::http2::Proto;
+use crate::http2::{self, Proto, Received};
+use crate::timer::Deadline;
 
 /// A connection from an [`Http2Connector`](crate::Http2Connector): the
 /// wrapped connector's, its bytes unchanged; on HTTP/2, read as they go, so
@@ -79,6 +82,15 @@ const READ_CHUNK: usize = 16 * 1024;
 struct Tracked<T> {
     io: T,
     link: Arc<Link>,
+    /// The streams it may yet reset (opened, neither reset nor ended by the
+    /// server), each with the RST_STREAM frames written before it was.
+    open: HashMap<u32, usize>,
+    /// The highest stream id opened.
+    last_opened: u32,
+    /// RST_STREAM frames written.
+    resets: usize,
+    /// Requests written (new streams).
+    requests: usize,
     /// What the client writes.
     sent: Frames,
     /// What the server sends, once the connection said it speaks HTTP/2
@@ -94,6 +106,10 @@ struct Tracked<T> {
     first: Option<Hold>,
     /// Then, on HTTP/2, until the first request went on it.
     pooling: Option<Hold>,
+    /// Its write side was shut down (hyper closes it).
+    shut: bool,
+    /// Once shut, how long it still reads what its server says of it.
+    linger: Option<Deadline>,
 }
 
 impl<T> Tracked<T> {
@@ -101,20 +117,39 @@ impl<T> Tracked<T> {
         Tracked {
             io,
             link,
+            open: HashMap::new(),
+            last_opened: 0,
+            resets: 0,
+            requests: 0,
             sent: Frames::client(),
             got: None,
             read_any: false,
             buf: Vec::new(),
             first: Some(first),
             pooling: None,
+            shut: false,
+            linger: None,
         }
     }
 
     /// Reads what was written: the first write says what the connection
     /// speaks (HTTP/2 begins with its preface), the first request that it
-    /// is pooled; each RST_STREAM is charged.
+    /// is pooled; each request and RST_STREAM is charged.
     fn written(&mut self, bytes: &[u8]) {
-        let seen = self.sent.read(bytes);
+        let Tracked { sent, open, last_opened, resets, .. } = self;
+        let (mut requests, before) = (0, *resets);
+        sent.read(bytes, &mut |frame| match frame {
+            Frame::Headers { id, .. } if id > *last_opened => {
+                *last_opened = id;
+                open.insert(id, *resets);
+                requests += 1;
+            }
+            Frame::Reset { id, .. } => {
+                *resets += 1;
+                open.remove(&id);
+            }
+            _ => {}
+        });
         if let Some(proto) = self.sent.speaks()
             && let Some(first) = self.first.take()
         {
@@ -123,13 +158,93 @@ impl<T> Tracked<T> {
             }
             self.pooling = first.spoke(proto);
         }
-        if seen.requests > 0
+        if requests > 0
             && let Some(pooling) = self.pooling.take()
         {
             pooling.serving();
         }
-        if seen.resets > 0 {
-            self.link.reset_written(seen.resets);
+        self.requests += requests;
+        if requests > 0 || self.resets > before {
+            self.link.charge(self.resets, self.open.len(), self.requests);
+        }
+    }
+
+    /// Reads what the server sent: a stream it ended or reset is no longer
+    /// the client's to reset; a refusal or GOAWAY that punishes the
+    /// connection tells it how many resets it had sent before (those
+    /// written before the refused stream, or before the first stream above
+    /// the GOAWAY's last id; all of them when there is none).
+    fn received(&mut self, bytes: &[u8]) {
+        let Tracked { got: Some(got), open, resets, .. } = self else { return };
+        let (mut punished, in_flight) = (None, open.len());
+        got.read(bytes, &mut |frame| match frame {
+            Frame::Headers { id, end: true } | Frame::DataEnd { id } => {
+                open.remove(&id);
+            }
+            Frame::Reset { id, code: Some(code) } => {
+                let before = open.remove(&id);
+                if http2::punishes(Received::Reset(code)) {
+                    punished = punished.or(Some(before.unwrap_or(*resets)));
+                }
+            }
+            Frame::GoAway { last, code } => {
+                let above = open.iter().filter(|(id, _)| **id > last).map(|(_, before)| *before).min();
+                open.retain(|id, _| *id <= last);
+                if http2::punishes(Received::GoAway(code)) {
+                    punished = punished.or(Some(above.unwrap_or(*resets)));
+                }
+            }
+            _ => {}
+        });
+        if self.open.len() != in_flight {
+            self.link.charge(self.resets, self.open.len(), self.requests);
+        }
+        if let Some(bore) = punished {
+            self.link.punished(bore);
+        }
+    }
+}
+
+impl<T: Read + Write + Unpin> Tracked<T> {
+    /// hyper closes the connection: its write side is shut, then, if it
+    /// moved on unpunished, what its server still sends is read for
+    /// [`http2::LINGER`] at most (or until it closes): a server that
+    /// punishes the last resets of a connection that had stopped taking
+    /// requests (GOAWAY ENHANCE_YOUR_CALM as they arrive) says so after
+    /// hyper has stopped reading, and a lesson that never heard it would
+    /// take the next connection on as far.
+    fn poll_shutdown(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if !self.shut {
+            ready!(Pin::new(&mut self.io).poll_shutdown(cx))?;
+            self.shut = true;
+        }
+        if self.got.is_none() || !self.link.awaits_verdict() {
+            return Poll::Ready(Ok(()));
+        }
+        if self.linger.is_none() {
+            self.linger = Some(Deadline::at(Instant::now() + http2::LINGER));
+        }
+        if self.buf.len() < READ_CHUNK {
+            self.buf.resize(READ_CHUNK, 0);
+        }
+        loop {
+            let mut read = ReadBuf::new(&mut self.buf[..READ_CHUNK]);
+            match Pin::new(&mut self.io).poll_read(cx, read.unfilled()) {
+                Poll::Ready(Ok(())) if !read.filled().is_empty() => {
+                    let n = read.filled().len();
+                    let bytes = std::mem::take(&mut self.buf);
+                    self.received(&bytes[..n]);
+                    self.buf = bytes;
+                    if !self.link.awaits_verdict() {
+                        return Poll::Ready(Ok(()));
+                    }
+                }
+                Poll::Ready(_) => return Poll::Ready(Ok(())),
+                Poll::Pending => {
+                    let deadline = self.linger.as_mut().expect("set above");
+                    return deadline.poll_elapsed(cx).map(Ok);
+                }
+            }
         }
     }
 }
@@ -137,10 +252,10 @@ impl<T> Tracked<T> {
 impl<T: Read + Unpin> Tracked<T> {
     fn poll_read(&mut self, cx: &mut Context<'_>, mut buf: ReadBufCursor<'_>) -> Poll<io::Result<()>> {
         let room = buf.remaining();
-        let Some(got) = &mut self.got else {
+        if self.got.is_none() {
             self.read_any = true;
             return Pin::new(&mut self.io).poll_read(cx, buf);
-        };
+        }
         if room == 0 {
             return Pin::new(&mut self.io).poll_read(cx, buf);
         }
@@ -150,11 +265,12 @@ impl<T: Read + Unpin> Tracked<T> {
         }
         let mut read = ReadBuf::new(&mut self.buf[..want]);
         ready!(Pin::new(&mut self.io).poll_read(cx, read.unfilled()))?;
-        let filled = read.filled();
-        if got.read(filled).received.is_some() {
-            self.link.punished();
-        }
-        buf.put_slice(filled);
+        let n = read.filled().len();
+        buf.put_slice(&self.buf[..n]);
+        // Read where it landed, the buffer lent for the time of it.
+        let bytes = std::mem::take(&mut self.buf);
+        self.received(&bytes[..n]);
+        self.buf = bytes;
         Poll::Ready(Ok(()))
     }
 }
@@ -201,7 +317,7 @@ where
 impl<C> Write for Http2Connection<C>
 where
     C: Service<Uri>,
-    C::Response: Write + Unpin,
+    C::Response: Read + Write + Unpin,
 {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         match &mut self.get_mut().state {
@@ -254,7 +370,7 @@ where
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match &mut self.get_mut().state {
             State::Plain(io) => Pin::new(io).poll_shutdown(cx),
-            State::Tracked(t) => Pin::new(&mut t.io).poll_shutdown(cx),
+            State::Tracked(t) => t.poll_shutdown(cx),
         }
     }
 }

@@ -13,8 +13,10 @@ mod gate;
 mod io;
 mod link;
 
+use std::collections::HashMap;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -23,9 +25,23 @@ use hyper_util::client::legacy::connect::Connection;
 use tower_service::Service;
 
 pub use self::connect::ConnectFuture;
-use self::gate::{Origins, Settings};
+use self::gate::DialOrigin;
 pub use self::io::Http2Connection;
 pub(crate) use self::link::LinkTag;
+
+/// Some connector of this process has a fixed share
+/// ([`Http2Connector::resets_per_connection`]): its first connection to an
+/// origin may have to move on before its first response, so the layer
+/// captures the requests to an origin before its first response too (which
+/// replaces a capture of the caller's own: the first requests to each
+/// origin, only where a share is fixed).
+static FIXED_SHARE: AtomicBool = AtomicBool::new(false);
+
+/// Whether the layer captures the requests to an origin before its first
+/// response (see [`FIXED_SHARE`]).
+pub(crate) fn captures_before_response() -> bool {
+    FIXED_SHARE.load(Ordering::Relaxed)
+}
 
 /// The error of an [`Http2Connector`]'s connect (see its `Service` impl).
 pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -50,27 +66,38 @@ pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 ///   gives up leaves nothing behind. HTTP/1 origins are dialed as before,
 ///   one connection per request in flight.
 /// - **Moved on only as far as the server needs.** Each HTTP/2 connection
-///   counts the RST_STREAM frames it writes (a dropped body's stream, a
-///   cancelled request's), and reads what its server says of them. A
-///   server that punishes resets (Node refuses new streams with
-///   ENHANCE_YOUR_CALM once its session memory is spent; nghttp2 and Apache
-///   send GOAWAY INTERNAL_ERROR past their limits) teaches the origin a
-///   share, half the resets the punished connection had sent; from then on
-///   each connection to that origin takes no new request once its share is
-///   spent (hyper-util's `Connected::poison`: the requests on it finish;
-///   the next one dials, once). A lesson is tested: after a few
-///   connections moved on unpunished, one may take twice what was
-///   punished; unpunished, the lesson is forgotten. Servers that punish
-///   nothing (Go's net/http, nginx, h2o, hyper) keep one connection.
+///   counts what it may yet reset: the RST_STREAM frames it writes (a
+///   dropped body's stream, a cancelled request's), its streams in flight,
+///   and the requests hyper-util's pool handed it not yet sent; and it reads
+///   what its server says of its resets. A server that punishes resets
+///   (Node refuses new streams with ENHANCE_YOUR_CALM once its session
+///   memory is spent; nghttp2 and Apache send GOAWAY INTERNAL_ERROR past
+///   their limits) teaches the origin a share, half the resets the punished
+///   connection had sent before its punishment, never raised by a later
+///   one; from then on each connection to that origin takes no new request
+///   once its share is spent (hyper-util's `Connected::poison`: the
+///   requests on it finish; the next one dials, once), so that no server
+///   sees more than the share from one connection (but for a new
+///   connection's first requests, one a caller at most). A lesson is
+///   tested, ever more rarely (after 3, 6, 12 ... 192 connections): one
+///   connection may take twice the lesson's resets, then, unpunished, the
+///   next twice that, up to any number; unpunished, the lesson is
+///   forgotten. Servers that punish nothing (Go's net/http, nginx, h2o,
+///   hyper) keep one connection.
 ///
 /// It changes no byte, and hyper-util gets the wrapped connector's own
 /// connections, `connected()` and extras (`HttpInfo`) included: their I/O
 /// is read as it is written and read (frame headers only; what is read is
-/// copied once on its way). Moving a connection on takes hyper-util's view
-/// of it, which [`DrainOnDrop`](crate::DrainOnDrop) captures on requests to
-/// origins it has seen served by this connector: the README's HTTP/2 stack
-/// has all three (`RetryRefused` above `DrainOnDrop`, over a `Client` built
-/// with this connector).
+/// copied once on its way; a connection that moved on is read for up to
+/// 250 ms more once hyper closes it, for what its server says of its last
+/// resets). Moving a connection on takes hyper-util's view of it, which
+/// [`DrainOnDrop`](crate::DrainOnDrop) captures on every request to an
+/// origin before its first response, and while one of this connector's
+/// connections to it may move on: the README's HTTP/2 stack has all three
+/// (`RetryRefused` above `DrainOnDrop`, over a `Client` built with this
+/// connector). The requests the pool hands a connection are counted as
+/// hyper-util 0.1 hands them (it copies the connection's `Connected` for
+/// each), from the copy its pool keeps.
 ///
 /// ```
 /// use drain_on_drop::{DrainOnDropLayer, Http2Connector, RetryRefusedLayer};
@@ -111,15 +138,20 @@ impl<C> Http2Connector<C> {
         Http2Connector { inner, origins: Arc::new(Origins::new(Settings::default())) }
     }
 
-    /// Fixes the resets an HTTP/2 connection takes before it moves on, for
-    /// every origin: `0` never moves a connection for its resets. Default
+    /// Fixes the resets an HTTP/2 connection may send before it moves on,
+    /// for every origin: `0` never moves a connection for its resets. What
+    /// counts is what it may yet reset (the resets it sent, its streams in
+    /// flight, the requests handed it not yet sent), so a server sees no
+    /// more than this from one connection, but for a new connection's first
+    /// requests (one a caller at most, before its first response). Default
     /// is none fixed: an origin has no share (its connections never move)
     /// until one of its servers punishes a connection for its resets, then
-    /// half the resets that connection had sent, tested now and then and
-    /// forgotten when a test goes unpunished. Fix it for a server known to
-    /// punish resets from the first connection on, so that not even the
-    /// first refusal comes (idempotent requests refused then go again;
-    /// others fail). A punished connection takes no new request either way.
+    /// half the resets that connection had sent before it was punished,
+    /// tested ever more rarely and forgotten when tests go unpunished. Fix
+    /// it for a server known to punish resets from the first connection on,
+    /// so that not even the first refusal comes (idempotent requests
+    /// refused then go again; others fail). A punished connection takes no
+    /// new request either way.
     ///
     /// ```
     /// # use drain_on_drop::Http2Connector;
@@ -129,6 +161,9 @@ impl<C> Http2Connector<C> {
     /// let connector = Http2Connector::new(HttpConnector::new()).resets_per_connection(7);
     /// ```
     pub fn resets_per_connection(self, resets: usize) -> Self {
+        if resets > 0 {
+            FIXED_SHARE.store(true, Ordering::Relaxed);
+        }
         let settings = Settings { share: Some(resets), ..self.origins.settings };
         Http2Connector { inner: self.inner, origins: Arc::new(Origins::new(settings)) }
     }
@@ -214,6 +249,46 @@ where
 pub(crate) fn punished(connected: &hyper_util::client::legacy::connect::Connected) {
     connected.poison();
     if let Some(link) = LinkTag::of_connected(connected) {
-        link.punished();
+        link.punished(link.resets());
+    }
+}
+
+/// What the user fixed (`Http2Connector::resets_per_connection`,
+/// `Http2Connector::dial_patience`), for every origin.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Settings {
+    pub(crate) share: Option<usize>,
+    pub(crate) patience: Option<Duration>,
+}
+
+/// The origins of one connector (and of its clones): the state of each
+/// (`gate::DialOrigin`), keyed by scheme, host and port.
+pub(crate) struct Origins {
+    by_key: Mutex<HashMap<Box<str>, Arc<DialOrigin>>>,
+    pub(crate) settings: Settings,
+}
+
+/// Origins kept before those no connection or dial uses are forgotten.
+const KEPT: usize = 1024;
+
+impl Origins {
+    pub(crate) fn new(settings: Settings) -> Self {
+        Origins { by_key: Mutex::default(), settings }
+    }
+
+    /// The origin of `dst` (scheme, host and port: never a userinfo).
+    pub(crate) fn of(&self, dst: &Uri) -> Arc<DialOrigin> {
+        let scheme = dst.scheme_str().unwrap_or("");
+        let host = dst.host().unwrap_or("");
+        let port = dst.port_u16().unwrap_or(if scheme == "https" { 443 } else { 80 });
+        let key = format!("{scheme}://{host}:{port}").into_boxed_str();
+        let mut by_key = self.by_key.lock().unwrap_or_else(|e| e.into_inner());
+        if by_key.len() >= KEPT && !by_key.contains_key(&key) {
+            by_key.retain(|_, origin| Arc::strong_count(origin) > 1);
+        }
+        by_key
+            .entry(key)
+            .or_insert_with(|| Arc::new(DialOrigin::new(scheme == "https", self.settings)))
+            .clone()
     }
 }

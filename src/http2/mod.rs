@@ -63,21 +63,38 @@
 //! mod_http2 sends GOAWAY INTERNAL_ERROR after a few thousand. Go's client
 //! dials another connection once its resets outrun the server's PING
 //! answers. Most servers punish nothing: Go's net/http, nginx, h2o, hyper.
-//! So a connection is charged for the resets it actually sent (RST_STREAM
-//! frames written on it, counted by the connector), and moves on
-//! (hyper-util's `Connected::poison`: no new request goes on it, the ones on
-//! it finish) only once its origin's share is spent. The connector reads
-//! the frame headers the server sends too: a stream refused with
-//! ENHANCE_YOUR_CALM, or a GOAWAY with ENHANCE_YOUR_CALM or INTERNAL_ERROR,
-//! after resets, punishes the connection ([`punishes`]): it takes no new
-//! request, and its origin learns a share, half the resets it had sent.
-//! A lesson is then tested, as TCP probes a congestion window: after
-//! [`FIRST_HOLD`] connections moved on at that share unpunished, the next
-//! may take twice the resets that were punished; punished again, the
-//! lesson holds twice as long before the next probe (a Node session that
-//! fills at 14 resets is probed ever more rarely); unpunished, the lesson
-//! is forgotten, and the origin keeps one connection again (one refusal
-//! for another reason costs a few connections, not one per reset).
+//! So a connection is charged for what it may yet reset: the RST_STREAM
+//! frames written on it (counted by the connector: a body that had all
+//! arrived sends none), its streams in flight (each one a drop may reset;
+//! one the server ended, or reset, gives its charge back), and the requests
+//! hyper-util's pool handed it that have not gone out yet (counted as the
+//! pool hands them, under its lock). It moves on (hyper-util's
+//! `Connected::poison`: no new request goes on it, the ones on it finish)
+//! at the checkout that spends its share: a share of n means no server sees
+//! more than n resets of one connection, but for a new connection's first
+//! requests (hyper-util hands it to every request waiting for it at once,
+//! before its first response brings the view of it that poisons it: one a
+//! caller at most). The connector reads the frame headers the server sends
+//! too: a stream refused with ENHANCE_YOUR_CALM, or a GOAWAY with
+//! ENHANCE_YOUR_CALM or INTERNAL_ERROR, after resets, punishes the
+//! connection ([`punishes`]): it takes no new request, and its origin
+//! learns a share, half the resets the connection had sent before its
+//! punishment (those written before the refused stream, or before the first
+//! stream above the GOAWAY's last id), never more than it knew: a lowered
+//! limit is learned at its first punishment, and a server whose limits vary
+//! teaches the lowest. A connection that moved on unpunished still reads
+//! what its server says for [`LINGER`] once hyper closes it: a GOAWAY for
+//! its last resets comes after hyper stopped reading. A lesson is then
+//! tested, as TCP probes a congestion window: after [`FIRST_HOLD`]
+//! connections moved on at that share unpunished, the next may take twice
+//! the resets of the lesson; unpunished, the next takes twice that, then
+//! twice again, then any number (bearing 16 times the lesson unpunished,
+//! it forgets the lesson, and the origin keeps one connection again);
+//! punished at any of them, the lesson holds twice as long before the next
+//! test, 3, 6, 12 ... 192 connections: a server that punishes every
+//! connection, at any limits, punishes one connection per test at most. A
+//! lesson punished once only is forgotten at its first unpunished test (one
+//! refusal for another reason costs a few connections, not one per reset).
 //!
 //! **Retries** ([`retries`]). A request the server refused before
 //! processing it (RFC 9113, 8.7) goes again, whatever its method: one on a
@@ -184,15 +201,26 @@ pub(crate) const PATIENCE_CEILING: Duration = Duration::from_secs(2);
 /// pool, or handed it a connection that closed at that instant.
 #[cfg(feature = "http2")]
 pub(crate) const SERVED_GRACE: Duration = Duration::from_millis(100);
+/// How long a connection that moved on unpunished still reads what its
+/// server says once hyper closes it (or until the server closes): a
+/// punishment of its last resets (a GOAWAY ENHANCE_YOUR_CALM sent as they
+/// arrive) comes a round trip after them, when hyper no longer reads.
+/// [`PATIENCE_FLOOR`]: what a loaded machine may add to a round trip.
+#[cfg(feature = "http2")]
+pub(crate) const LINGER: Duration = PATIENCE_FLOOR;
 /// Handshakes [`patience`] looks back on.
 #[cfg(feature = "http2")]
 pub(crate) const HANDSHAKES_KEPT: usize = 8;
 
-/// Whether a connection that has sent `resets` resets moves on, under its
-/// origin's `share` (`0`: no share, never).
+/// Whether a connection moves on: it could yet reset `may_reset` streams
+/// (the resets it sent, and its streams in flight, each of which a drop may
+/// reset), under its `allowance` (`0`: none, never). Counting the streams
+/// in flight is what keeps the word of a share of n: no server sees more
+/// than n resets of one connection (but for requests hyper-util had already
+/// handed it: at most one a caller).
 #[cfg(feature = "http2")]
-pub(crate) fn moves_on(resets: usize, share: usize) -> bool {
-    share > 0 && resets >= share
+pub(crate) fn moves_on(may_reset: usize, allowance: usize) -> bool {
+    allowance > 0 && may_reset >= allowance
 }
 
 /// Whether a frame the server sent punishes the connection for what it
@@ -220,71 +248,174 @@ pub(crate) enum Received {
     GoAway(h2::Reason),
 }
 
-/// Connections that move on unpunished at a learned share before the next
-/// one probes twice the resets that were punished (see [`Share`]).
+/// Connections that move on unpunished at a lesson's share before the
+/// first test (see [`Share`]); each punishment doubles it.
 #[cfg(feature = "http2")]
 pub(crate) const FIRST_HOLD: u32 = 3;
-/// Times a lesson's hold doubles, at most (3 x 64 connections between
-/// probes).
+/// Times a lesson's hold doubles, at most (3 x 64 = 192 connections
+/// between tests).
 #[cfg(feature = "http2")]
 const MOST_CONFIRMED: u32 = 6;
+/// The test that takes no share: after tests of 2, 4 and 8 times the
+/// lesson's resets went unpunished, one in a row, the next connection
+/// takes any number; unpunished past [`FORGET_AT`] times them, the lesson
+/// is forgotten.
+#[cfg(feature = "http2")]
+const UNBOUND: u32 = 4;
+/// Times the lesson's resets that the unbounded test bears unpunished
+/// before the lesson is forgotten.
+#[cfg(feature = "http2")]
+const FORGET_AT: usize = 16;
+
+/// What a new connection is to its origin's lesson.
+#[cfg(feature = "http2")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// It moves on at the origin's share, whatever it is when its resets
+    /// are counted (none, or the user's, or the lesson's).
+    Share,
+    /// It tests the lesson learned `lesson`-th (a count that tells a test of
+    /// a lesson since relearned): it may take `2^level` times its resets
+    /// ([`UNBOUND`]: any number).
+    Test { level: u32, lesson: u64 },
+}
 
 /// An origin's share of resets per connection, as its servers taught it
 /// (see the module's Moves): none until a connection is punished; then
-/// half the resets that connection had sent, tested by a probe after
-/// [`FIRST_HOLD`] unpunished moves, held twice as long each time a probe is
-/// punished, forgotten when one is not.
+/// half the fewest resets a punished connection had sent before its
+/// punishment, never raised by a later punishment. After a hold of
+/// unpunished moves ([`FIRST_HOLD`] connections, twice as many after each
+/// punishment, up to 192), a connection tests it, taking twice the
+/// lesson's resets; unpunished, the next one takes twice that, then twice
+/// again, then any number, and bearing [`FORGET_AT`] times the lesson's
+/// resets unpunished, forgets it. A lesson punished once only (one refusal
+/// for another reason) is forgotten at its first unpunished test; one
+/// learned again after a lesson was forgotten starts with twice the hold
+/// the forgotten one had come to. So a server that punishes every
+/// connection, at any limits, punishes one connection per test at most,
+/// and the tests come ever more rarely.
 #[cfg(feature = "http2")]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Share {
     lesson: Option<Lesson>,
+    /// Lessons learned, to tell a test of an earlier one.
+    learned: u64,
+    /// The punishments of the last lesson forgotten, if any: one learned
+    /// again starts tested as rarely as that one had come to be, and once
+    /// more (a server punishing again is no one-off).
+    forgotten: Option<u32>,
 }
 
 #[cfg(feature = "http2")]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Lesson {
-    /// Resets the punished connection had sent.
+    /// The fewest resets a punished connection had sent before it was
+    /// punished.
     bore: usize,
-    /// Unpunished moves left before a connection probes.
+    /// Unpunished moves left before a connection tests the lesson.
     hold: u32,
-    /// Punishments in a row that found the lesson true.
+    /// Punishments since it was learned (at most [`MOST_CONFIRMED`]).
     confirmed: u32,
+    /// The next test's level (1: twice `bore`).
+    level: u32,
+    /// A connection is testing it now.
+    testing: bool,
 }
 
 #[cfg(feature = "http2")]
 impl Share {
-    /// Resets a connection takes before it moves on (`0`: it does not).
+    /// Resets a connection of [`Role::Share`] may yet reset before it moves
+    /// on (`0`: it does not): half the lesson's.
     pub(crate) fn allowance(&self) -> usize {
-        match self.lesson {
-            None => 0,
-            Some(l) if l.hold == 0 => l.bore.saturating_mul(2),
-            Some(l) => (l.bore / 2).max(1),
+        self.lesson.map_or(0, |l| (l.bore / 2).max(1))
+    }
+
+    /// What a new connection is: the test, once the hold is over and no
+    /// connection tests already.
+    pub(crate) fn role(&mut self) -> Role {
+        match &mut self.lesson {
+            Some(l) if l.hold == 0 && !l.testing => {
+                l.testing = true;
+                Role::Test { level: l.level, lesson: self.learned }
+            }
+            _ => Role::Share,
         }
     }
 
-    /// A connection was punished after sending `resets` resets. A
-    /// punishment after no reset teaches nothing: moving on would not have
-    /// spared it.
-    pub(crate) fn punished(&mut self, resets: usize) {
-        if resets == 0 {
+    /// What a connection of `role` may yet reset before it moves on (`0`:
+    /// any number).
+    pub(crate) fn allowance_of(&self, role: Role) -> usize {
+        match (role, self.lesson) {
+            (Role::Test { level, lesson }, Some(l)) if lesson == self.learned && level < UNBOUND => {
+                l.bore.saturating_mul(1 << level)
+            }
+            (Role::Test { lesson, .. }, Some(_)) if lesson == self.learned => 0,
+            _ => self.allowance(),
+        }
+    }
+
+    /// Resets after which the unbounded test forgets the lesson, if `role`
+    /// is that test.
+    pub(crate) fn forgets_after(&self, role: Role) -> Option<usize> {
+        match (role, self.lesson) {
+            (Role::Test { level: UNBOUND.., lesson }, Some(l)) if lesson == self.learned => {
+                Some(l.bore.saturating_mul(FORGET_AT))
+            }
+            _ => None,
+        }
+    }
+
+    /// A connection of `role` was punished after sending `bore` resets
+    /// (those it had sent before the server punished it). A punishment
+    /// after no reset teaches nothing: moving on would not have spared it.
+    pub(crate) fn punished(&mut self, bore: usize, role: Role) {
+        if bore == 0 {
             return;
         }
-        let confirmed = match self.lesson {
-            None => 0,
-            Some(l) => (l.confirmed + 1).min(MOST_CONFIRMED),
+        let Some(l) = &mut self.lesson else {
+            self.learned += 1;
+            let confirmed = self.forgotten.map_or(0, |c| (c + 1).min(MOST_CONFIRMED));
+            let hold = FIRST_HOLD << confirmed;
+            self.lesson = Some(Lesson { bore, hold, confirmed, level: 1, testing: false });
+            return;
         };
-        self.lesson = Some(Lesson { bore: resets, hold: FIRST_HOLD << confirmed, confirmed });
+        l.bore = l.bore.min(bore);
+        l.confirmed = (l.confirmed + 1).min(MOST_CONFIRMED);
+        l.hold = FIRST_HOLD << l.confirmed;
+        l.level = 1;
+        if matches!(role, Role::Test { lesson, .. } if lesson == self.learned) {
+            l.testing = false;
+        }
     }
 
-    /// A connection moved on, unpunished so far, after sending `resets`:
-    /// one more move at the lesson's share, or, at twice what was punished,
-    /// a probe that finds the lesson false.
-    pub(crate) fn moved(&mut self, resets: usize) {
-        let Some(lesson) = &mut self.lesson else { return };
-        if resets >= lesson.bore.saturating_mul(2) {
-            self.lesson = None;
-        } else {
-            lesson.hold = lesson.hold.saturating_sub(1);
+    /// A connection of `role` moved on unpunished at its allowance (or, the
+    /// unbounded test, bore [`forgets_after`](Self::forgets_after)): one
+    /// more move of the hold, or a test passed.
+    pub(crate) fn passed(&mut self, role: Role) {
+        let Some(l) = &mut self.lesson else { return };
+        match role {
+            Role::Test { level, lesson } if lesson == self.learned => {
+                l.testing = false;
+                if l.confirmed == 0 || level >= UNBOUND {
+                    self.forgotten = Some(l.confirmed);
+                    self.lesson = None;
+                } else {
+                    l.level = level + 1;
+                }
+            }
+            Role::Test { .. } => {}
+            Role::Share => l.hold = l.hold.saturating_sub(1),
+        }
+    }
+
+    /// A connection of `role` ended unpunished before its allowance (its
+    /// server recycled it, the client closed it): it proved nothing, and a
+    /// test it was goes to the next connection.
+    pub(crate) fn ended(&mut self, role: Role) {
+        if let (Some(l), Role::Test { lesson, .. }) = (&mut self.lesson, role)
+            && lesson == self.learned
+        {
+            l.testing = false;
         }
     }
 }
@@ -314,70 +445,128 @@ mod tests {
         let mut share = Share::default();
         assert_eq!(share.allowance(), 0, "no share: one connection");
         assert!(!moves_on(1_000_000, share.allowance()));
-        share.punished(0);
+        share.punished(0, Role::Share);
         assert_eq!(share.allowance(), 0, "punished before any reset: moving would not help");
-        share.punished(500);
+        share.punished(500, Role::Share);
         assert_eq!(share.allowance(), 250);
-        assert!(!moves_on(249, 250) && moves_on(250, 250));
+        assert!(!moves_on(249, 250) && moves_on(250, 250), "resets and streams in flight, counted together");
         let mut one = Share::default();
-        one.punished(1);
+        one.punished(1, Role::Share);
         assert_eq!(one.allowance(), 1, "at least one");
     }
 
+    /// The connections a lesson makes, each one's allowance, until it is
+    /// forgotten, every one unpunished.
     #[cfg(feature = "http2")]
-    #[test]
-    fn a_lesson_is_probed_after_its_hold_and_forgotten_when_the_probe_goes_unpunished() {
-        // One refusal after 2 resets, never again: a few connections, then
-        // one connection again.
-        let mut share = Share::default();
-        share.punished(2);
-        let mut connections = Vec::new();
-        while share.allowance() > 0 {
-            let n = share.allowance();
-            connections.push(n);
-            share.moved(n);
+    fn unpunished(share: &mut Share, most: usize) -> Vec<usize> {
+        let mut allowances = Vec::new();
+        while share.lesson.is_some() && allowances.len() < most {
+            let role = share.role();
+            allowances.push(share.allowance_of(role));
+            share.passed(role);
         }
-        assert_eq!(connections, [1, 1, 1, 4], "three moves at the lesson, one probe, then none");
+        allowances
     }
 
     #[cfg(feature = "http2")]
     #[test]
-    fn a_lesson_punished_again_holds_twice_as_long_each_time() {
-        // A server that punishes every connection at 20 resets.
+    fn a_lesson_punished_once_is_forgotten_at_its_first_unpunished_test() {
+        // One refusal after 2 resets, never again: a few connections, then
+        // one connection again.
         let mut share = Share::default();
-        let (mut drops, mut punished, mut holds) = (0, 0, Vec::new());
-        share.punished(20);
-        punished += 1;
-        drops += 20;
-        while drops < 2_000 {
-            let n = share.allowance();
-            if n > 20 {
-                share.punished(20);
+        share.punished(2, Role::Share);
+        assert_eq!(
+            unpunished(&mut share, 100),
+            [1, 1, 1, 4],
+            "three moves at the lesson, one test, then none"
+        );
+        assert_eq!(share.allowance(), 0);
+        share.punished(2, Role::Share);
+        assert_eq!(
+            unpunished(&mut share, 100),
+            [1, 1, 1, 1, 1, 1, 4, 8, 16, 0],
+            "punished again: held twice as long, then tested up to any number"
+        );
+        assert_eq!(share.allowance(), 0);
+    }
+
+    #[cfg(feature = "http2")]
+    #[test]
+    fn a_confirmed_lesson_unpunished_is_tested_higher_at_once_then_forgotten() {
+        // A server that punished twice, then stopped.
+        let mut share = Share::default();
+        share.punished(20, Role::Share);
+        share.punished(30, Role::Share);
+        let allowances = unpunished(&mut share, 100);
+        assert_eq!(&allowances[..6], [10; 6], "a hold of 6 after a second punishment");
+        assert_eq!(&allowances[6..], [40, 80, 160, 0], "tests of 2, 4 and 8 times, then unbounded");
+        assert_eq!(share.allowance(), 0, "forgotten once the unbounded test bore 16 times, unpunished");
+        let mut stale = Share::default();
+        stale.punished(20, Role::Share);
+        let test = loop {
+            match stale.role() {
+                Role::Share => stale.passed(Role::Share),
+                test => break test,
+            }
+        };
+        stale.ended(test);
+        assert!(matches!(stale.role(), Role::Test { .. }), "a test that proved nothing goes to the next");
+    }
+
+    #[cfg(feature = "http2")]
+    #[test]
+    fn a_punishment_never_raises_the_share_and_a_lowered_limit_is_learned_at_once() {
+        let mut share = Share::default();
+        share.punished(201, Role::Share);
+        assert_eq!(share.allowance(), 100);
+        share.punished(21, Role::Share);
+        assert_eq!(share.allowance(), 10, "the limit fell to 20: learned at its first punishment");
+        share.punished(400, Role::Share);
+        assert_eq!(share.allowance(), 10, "a connection that bore more teaches no more");
+    }
+
+    /// A server punishing each connection past a limit of its own, drawn
+    /// from `lo..=hi`: connections punished among `n`, and the gaps between
+    /// tests.
+    #[cfg(feature = "http2")]
+    fn against_limits(lo: usize, hi: usize, n: usize) -> (usize, Vec<usize>) {
+        let mut share = Share::default();
+        let mut seed = 54u64;
+        let (mut punished, mut gaps, mut since_test) = (0, Vec::new(), 0);
+        for _ in 0..n {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let limit = lo + (seed >> 33) as usize % (hi - lo + 1);
+            let role = share.role();
+            if let Role::Test { level: 1, .. } = role {
+                gaps.push(since_test);
+                since_test = 0;
+            }
+            since_test += 1;
+            let allowance = share.allowance_of(role);
+            if allowance == 0 || allowance > limit {
                 punished += 1;
-                drops += 20;
-                holds.push(share.lesson.unwrap().hold);
+                share.punished(limit + 1, role);
             } else {
-                share.moved(n);
-                drops += n;
+                share.passed(role);
             }
         }
-        assert_eq!(holds[..4], [6, 12, 24, 48], "each probe punished doubles the hold");
-        assert!(punished <= 6, "{punished} connections punished in {drops} drops");
-        let mut first_100 = Share::default();
-        first_100.punished(20);
-        let (mut drops, mut punished) = (20, 1);
-        while drops < 100 {
-            let n = first_100.allowance();
-            if n > 20 {
-                first_100.punished(20);
-                punished += 1;
-                drops += 20;
-            } else {
-                first_100.moved(n);
-                drops += n;
-            }
+        (punished, gaps)
+    }
+
+    #[cfg(feature = "http2")]
+    #[test]
+    fn a_server_that_punishes_every_connection_is_tested_ever_more_rarely() {
+        let n = 4_000;
+        let (punished, gaps) = against_limits(20, 200, n);
+        assert!(
+            punished <= 7 + n / 193,
+            "{punished} connections punished of {n}; gaps between tests {gaps:?}"
+        );
+        for pair in gaps.windows(2) {
+            assert!(pair[1] >= pair[0].min(192), "the gaps between tests grow: {gaps:?}");
         }
-        assert!(punished <= 2, "the review's figure: 100 drops, at most 2 punished: {punished}");
+        let (fixed, _) = against_limits(20, 20, n);
+        assert!(fixed <= 7 + n / 193, "a fixed limit of 20: {fixed} punished of {n}");
     }
 
     #[cfg(feature = "http2")]

@@ -9,7 +9,7 @@ mod key;
 mod table;
 
 #[cfg(feature = "http2")]
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::AtomicU8;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -41,12 +41,15 @@ pub(crate) struct Origin {
     drains: AtomicUsize,
     /// What its HTTP/1 servers said and did of their idle timeout.
     idle: OriginIdle,
-    /// One of its HTTP/2 responses came on an `Http2Connector`'s connection
-    /// that does not yet have hyper-util's view of itself (through which it
-    /// moves on, `connector::Link`): the next request's connection is
-    /// captured, until one is given it. A connection needs it once.
+    /// Whether each request's connection is captured, for hyper-util's
+    /// view of it (through which an `Http2Connector`'s connection moves on,
+    /// `connector::Link`): [`CAPTURE_UNKNOWN`] until a response says (where
+    /// a share is fixed, every request is captured while none came, so that
+    /// a first connection moves on in time too), then as its
+    /// `Http2Connector` connections want ([`CAPTURE`]), or never
+    /// ([`CAPTURE_NOT`]: it answered on no such connection).
     #[cfg(feature = "http2")]
-    wants_capture: AtomicBool,
+    wants_capture: AtomicU8,
 }
 
 impl Origin {
@@ -61,24 +64,43 @@ impl Origin {
             drains: AtomicUsize::new(0),
             idle: OriginIdle::default(),
             #[cfg(feature = "http2")]
-            wants_capture: AtomicBool::new(false),
+            wants_capture: AtomicU8::new(CAPTURE_UNKNOWN),
         }
     }
 
     /// Whether a request's connection is to be captured (see
-    /// `wants_capture`).
+    /// `wants_capture`): before the origin's first response, only where
+    /// some `Http2Connector` has a fixed share (its first connection may
+    /// have to move on before any response; a capture replaces the
+    /// caller's own); after one that said nothing (no `Http2Connector`
+    /// connection carried it), never again.
     #[cfg(feature = "http2")]
     #[inline]
     pub(crate) fn captures(&self) -> bool {
-        self.wants_capture.load(Ordering::Relaxed)
+        match self.wants_capture.load(Ordering::Relaxed) {
+            CAPTURE => true,
+            CAPTURE_NOT => false,
+            _ if !crate::connector::captures_before_response() => false,
+            _ if self.round_trip().is_none() => true,
+            _ => {
+                let _ = self.wants_capture.compare_exchange(
+                    CAPTURE_UNKNOWN,
+                    CAPTURE_NOT,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                );
+                self.wants_capture.load(Ordering::Relaxed) == CAPTURE
+            }
+        }
     }
 
-    /// A connection of this origin wants hyper-util's view of itself
-    /// (`true`), or was just given it (`false`).
+    /// A response came on an `Http2Connector`'s connection to this origin,
+    /// whose connections want every request captured (`true`) or not.
     #[cfg(feature = "http2")]
     pub(crate) fn want_capture(&self, wanted: bool) {
-        if self.wants_capture.load(Ordering::Relaxed) != wanted {
-            self.wants_capture.store(wanted, Ordering::Relaxed);
+        let state = if wanted { CAPTURE } else { CAPTURE_NOT };
+        if self.wants_capture.load(Ordering::Relaxed) != state {
+            self.wants_capture.store(state, Ordering::Relaxed);
         }
     }
 
@@ -142,6 +164,16 @@ impl Origin {
         self.key.to_string()
     }
 }
+
+/// `Origin::wants_capture`: no response said yet.
+#[cfg(feature = "http2")]
+const CAPTURE_UNKNOWN: u8 = 0;
+/// `Origin::wants_capture`: every request is captured.
+#[cfg(feature = "http2")]
+const CAPTURE: u8 = 1;
+/// `Origin::wants_capture`: none is.
+#[cfg(feature = "http2")]
+const CAPTURE_NOT: u8 = 2;
 
 /// The response's origin, as its drop needs it.
 #[derive(Clone)]

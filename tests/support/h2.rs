@@ -625,3 +625,328 @@ async fn raw_connection(
         last_seen = last_seen.max(id);
     }
 }
+
+/// How [`LimitH2`] punishes a connection whose resets passed its limit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Punish {
+    /// Every request arriving on it is refused with RST_STREAM
+    /// ENHANCE_YOUR_CALM (Node's answer when a session's memory is spent),
+    /// and after [`REFUSALS_BEFORE_GOAWAY`] of them it sends GOAWAY
+    /// ENHANCE_YOUR_CALM and closes.
+    Refuse,
+    /// GOAWAY ENHANCE_YOUR_CALM at once, its last stream id the highest
+    /// request answered (every later one above it, never processed), then
+    /// closed (nghttp2's and Apache's answer to a reset flood).
+    GoAway,
+}
+
+/// Refusals a [`Punish::Refuse`] connection sends before its GOAWAY.
+pub const REFUSALS_BEFORE_GOAWAY: usize = 8;
+
+/// The limits a [`LimitH2`] draws for its connections: each one's resets
+/// limit is drawn between `lo` and `hi` (both included) from `seed` and the
+/// connection's number, so that a run can be repeated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    pub lo: usize,
+    pub hi: usize,
+    pub seed: u64,
+}
+
+impl Limits {
+    /// The limit of connection `conn`: SplitMix64 of the seed and the
+    /// connection's number, within `lo..=hi`.
+    pub fn of(&self, conn: usize) -> usize {
+        let mut z = self.seed ^ (conn as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        self.lo + (z % (self.hi - self.lo + 1) as u64) as usize
+    }
+}
+
+/// One connection of a [`LimitH2`], as the server saw it.
+#[derive(Clone, Debug, Default)]
+pub struct LimitConn {
+    /// Its limit of resets (`None`: it punishes nothing).
+    pub limit: Option<usize>,
+    /// The server generation ([`LimitH2::restart`]) it was accepted in.
+    pub generation: usize,
+    /// Requests that arrived whole on it (answered or refused).
+    pub requests: usize,
+    /// For each request that began (HEADERS), the client's RST_STREAM
+    /// frames on the connection before it.
+    pub resets_before: Vec<usize>,
+    /// RST_STREAM frames the client sent on it.
+    pub resets: usize,
+    /// It was punished: the server refused a stream on it or sent it
+    /// GOAWAY ENHANCE_YOUR_CALM.
+    pub punished: bool,
+}
+
+/// What a [`LimitH2`] saw, on every connection.
+#[derive(Debug, Default)]
+pub struct LimitCounts {
+    /// Each connection, in the order accepted.
+    pub conns: Mutex<Vec<LimitConn>>,
+    /// Requests answered (processed): GETs and POSTs.
+    pub answered_gets: AtomicUsize,
+    pub answered_posts: AtomicUsize,
+    /// Requests refused with RST_STREAM ENHANCE_YOUR_CALM (never processed,
+    /// but a client cannot know: RFC 9113, 8.7).
+    pub refused_gets: AtomicUsize,
+    pub refused_posts: AtomicUsize,
+    /// The body of every POST answered, with the times it was.
+    pub posts: Mutex<std::collections::HashMap<Vec<u8>, usize>>,
+}
+
+/// What a [`LimitH2`] saw, summed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LimitSummary {
+    pub connections: usize,
+    /// Connections punished.
+    pub punished: usize,
+    pub answered: usize,
+    pub refused: usize,
+    pub refused_posts: usize,
+    /// POSTs answered more than once (each extra time counted).
+    pub posts_twice: usize,
+    /// RST_STREAM frames the client sent, on every connection.
+    pub resets: usize,
+    /// The most requests one connection carried.
+    pub most_requests: usize,
+    /// The most resets one connection sent.
+    pub most_resets: usize,
+}
+
+/// An h2c server on `127.0.0.1:0` that punishes each connection once the
+/// client's RST_STREAM frames on it pass that connection's limit (drawn
+/// from [`Limits`]), as [`Punish`] says. Every request (a GET, or a POST
+/// whose body is recorded) is answered with a `200` head and a body that
+/// never ends, so that a response dropped at its head resets its stream.
+/// [`restart`](Self::restart) stands for a restart with other limits:
+/// every connection accepted before it gets GOAWAY NO_ERROR and is closed
+/// once its requests were answered, and later ones get the new limits.
+/// Stops with the test's runtime.
+pub struct LimitH2 {
+    pub addr: SocketAddr,
+    pub counts: Arc<LimitCounts>,
+    /// The generation and the limits of new connections (`None`: none
+    /// punished).
+    plan: Arc<Mutex<(usize, Option<Limits>)>>,
+    restarts: tokio::sync::watch::Sender<usize>,
+    punish: Punish,
+}
+
+impl LimitH2 {
+    /// Starts the server.
+    pub async fn start(punish: Punish, limits: Option<Limits>) -> LimitH2 {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let counts = Arc::new(LimitCounts::default());
+        let plan = Arc::new(Mutex::new((0, limits)));
+        let (restarts, _) = tokio::sync::watch::channel(0);
+        let (c, p, r) = (counts.clone(), plan.clone(), restarts.clone());
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let _ = stream.set_nodelay(true);
+                let (generation, limits) = *p.lock().unwrap();
+                let conn = {
+                    let mut conns = c.conns.lock().unwrap();
+                    let limit = limits.map(|l| l.of(conns.len()));
+                    conns.push(LimitConn { limit, generation, ..LimitConn::default() });
+                    conns.len() - 1
+                };
+                let (c, restarted) = (c.clone(), r.subscribe());
+                tokio::spawn(async move {
+                    let _ = limit_connection(stream, conn, generation, punish, restarted, c).await;
+                });
+            }
+        });
+        LimitH2 { addr, counts, plan, restarts, punish }
+    }
+
+    /// A restart with `limits`: connections accepted from now on get them;
+    /// every earlier one is told GOAWAY NO_ERROR (its last stream id the
+    /// highest request it answered) and closed.
+    pub fn restart(&self, limits: Option<Limits>) {
+        let generation = {
+            let mut plan = self.plan.lock().unwrap();
+            *plan = (plan.0 + 1, limits);
+            plan.0
+        };
+        self.restarts.send_replace(generation);
+    }
+
+    /// How it punishes.
+    pub fn punish(&self) -> Punish {
+        self.punish
+    }
+
+    pub fn uri(&self, path: &str) -> http::Uri {
+        format!("http://{}{path}", self.addr).parse().unwrap()
+    }
+
+    /// Its connections so far.
+    pub fn conns(&self) -> Vec<LimitConn> {
+        self.counts.conns.lock().unwrap().clone()
+    }
+
+    /// What it saw on the connections of `generations`, summed.
+    pub fn summary_of(&self, generations: std::ops::RangeInclusive<usize>) -> LimitSummary {
+        let conns: Vec<_> =
+            self.conns().into_iter().filter(|c| generations.contains(&c.generation)).collect();
+        let posts = self.counts.posts.lock().unwrap();
+        LimitSummary {
+            connections: conns.len(),
+            punished: conns.iter().filter(|c| c.punished).count(),
+            answered: self.counts.answered_gets.load(Ordering::SeqCst)
+                + self.counts.answered_posts.load(Ordering::SeqCst),
+            refused: self.counts.refused_gets.load(Ordering::SeqCst)
+                + self.counts.refused_posts.load(Ordering::SeqCst),
+            refused_posts: self.counts.refused_posts.load(Ordering::SeqCst),
+            posts_twice: posts.values().map(|n| n - 1).sum(),
+            resets: conns.iter().map(|c| c.resets).sum(),
+            most_requests: conns.iter().map(|c| c.requests).max().unwrap_or(0),
+            most_resets: conns.iter().map(|c| c.resets).max().unwrap_or(0),
+        }
+    }
+
+    /// What it saw, on every connection.
+    pub fn summary(&self) -> LimitSummary {
+        self.summary_of(0..=usize::MAX)
+    }
+}
+
+/// A `200` head (HPACK static index 8) that leaves its stream open.
+fn open_head(id: u32) -> Vec<u8> {
+    frame(0x1, 0x4, id, &[0x88])
+}
+
+/// Whether an HPACK header block starts with `:method: POST` (static index
+/// 3, as h2 encodes it first).
+fn is_post(block: &[u8]) -> bool {
+    block.first() == Some(&0x83)
+}
+
+async fn limit_connection(
+    mut stream: TcpStream,
+    conn: usize,
+    generation: usize,
+    punish: Punish,
+    mut restarted: tokio::sync::watch::Receiver<usize>,
+    counts: Arc<LimitCounts>,
+) -> std::io::Result<()> {
+    let mut preface = [0u8; 24];
+    stream.read_exact(&mut preface).await?;
+    assert_eq!(&preface, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "the client preface");
+    stream.write_all(&frame(0x4, 0, 0, &[])).await?;
+    let limit = counts.conns.lock().unwrap()[conn].limit;
+    let record = |f: &dyn Fn(&mut LimitConn)| f(&mut counts.conns.lock().unwrap()[conn]);
+    // Requests being received: whether a POST, and its body so far.
+    let mut arriving: std::collections::HashMap<u32, (bool, Vec<u8>)> = Default::default();
+    let (mut resets, mut refusals, mut last_seen) = (0usize, 0usize, 0u32);
+    let mut frames = Frames::default();
+    let mut restart_seen = false;
+    // Once a GOAWAY went: its last stream id, and when the connection
+    // closes (the requests at or below that id that were still arriving
+    // are answered in the meantime; those above it are never processed).
+    let mut closing: Option<(u32, tokio::time::Instant)> = None;
+    loop {
+        let deadline = closing.map(|(_, at)| at);
+        let next = tokio::select! {
+            frame = frames.next(&mut stream) => Some(frame),
+            () = async { tokio::time::sleep_until(deadline.unwrap()).await }, if deadline.is_some() => {
+                return Ok(());
+            }
+            changed = restarted.changed(), if !restart_seen => {
+                restart_seen = changed.is_err() || *restarted.borrow() > generation;
+                None
+            }
+        };
+        let Some(next) = next else {
+            if restart_seen && closing.is_none() {
+                closing = Some(go_away_then_close(&mut stream, last_seen, NO_ERROR).await?);
+            }
+            continue;
+        };
+        let (kind, flags, id, payload) = next?;
+        let ended = match kind {
+            0x4 if flags & 0x1 == 0 => {
+                stream.write_all(&frame(0x4, 0x1, 0, &[])).await?;
+                false
+            }
+            0x6 if flags & 0x1 == 0 => {
+                stream.write_all(&frame(0x6, 0x1, 0, &payload)).await?;
+                false
+            }
+            0x1 if closing.is_some_and(|(last, _)| id > last) => false,
+            0x1 => {
+                // A padded or prioritised block is not what h2 sends here.
+                arriving.insert(id, (is_post(&payload), Vec::new()));
+                last_seen = last_seen.max(id);
+                record(&|c| c.resets_before.push(resets));
+                flags & 0x1 != 0
+            }
+            0x0 => {
+                if let Some((_, body)) = arriving.get_mut(&id) {
+                    body.extend_from_slice(&payload);
+                }
+                if !payload.is_empty() {
+                    let credit = (payload.len() as u32).to_be_bytes();
+                    stream.write_all(&frame(0x8, 0, 0, &credit)).await?;
+                    stream.write_all(&frame(0x8, 0, id, &credit)).await?;
+                }
+                flags & 0x1 != 0
+            }
+            0x3 => {
+                arriving.remove(&id);
+                resets += 1;
+                record(&|c| c.resets += 1);
+                if punish == Punish::GoAway && closing.is_none() && limit.is_some_and(|l| resets > l) {
+                    record(&|c| c.punished = true);
+                    closing = Some(go_away_then_close(&mut stream, last_seen, ENHANCE_YOUR_CALM).await?);
+                }
+                false
+            }
+            _ => false,
+        };
+        if !ended {
+            continue;
+        }
+        let Some((post, body)) = arriving.remove(&id) else { continue };
+        record(&|c| c.requests += 1);
+        if punish == Punish::Refuse && closing.is_none() && limit.is_some_and(|l| resets > l) {
+            record(&|c| c.punished = true);
+            let refused = if post { &counts.refused_posts } else { &counts.refused_gets };
+            refused.fetch_add(1, Ordering::SeqCst);
+            stream.write_all(&frame(0x3, 0, id, &ENHANCE_YOUR_CALM.to_be_bytes())).await?;
+            refusals += 1;
+            if refusals == REFUSALS_BEFORE_GOAWAY {
+                closing = Some(go_away_then_close(&mut stream, last_seen, ENHANCE_YOUR_CALM).await?);
+            }
+            continue;
+        }
+        if post {
+            *counts.posts.lock().unwrap().entry(body).or_insert(0) += 1;
+            counts.answered_posts.fetch_add(1, Ordering::SeqCst);
+        } else {
+            counts.answered_gets.fetch_add(1, Ordering::SeqCst);
+        }
+        stream.write_all(&open_head(id)).await?;
+    }
+}
+
+/// Sends GOAWAY with `code` whose last stream id is `last` (the highest the
+/// client opened so far: each is answered, or refused, once it arrived
+/// whole): the connection closes 200 ms later.
+async fn go_away_then_close(
+    stream: &mut TcpStream,
+    last: u32,
+    code: u32,
+) -> std::io::Result<(u32, tokio::time::Instant)> {
+    stream.write_all(&go_away(last, code)).await?;
+    stream.flush().await?;
+    Ok((last, tokio::time::Instant::now() + Duration::from_millis(200)))
+}

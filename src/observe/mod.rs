@@ -8,8 +8,8 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll, ready};
 use std::time::{Duration, Instant};
 
@@ -22,6 +22,10 @@ use tower_service::Service;
 use crate::keepalive::IdleTimeout;
 use crate::origin::Origin;
 use crate::stats::DrainStats;
+
+mod idle;
+pub(crate) use idle::Connection1;
+use idle::{ConnIdle, retires};
 
 /// Which connection a response came on; inserted into every response's
 /// extensions by [`DrainOnDrop`] when the client's connector is wrapped in an
@@ -77,51 +81,6 @@ struct TagInner {
     idle: ConnIdle,
 }
 
-/// What an HTTP/1 connection's read and write sides saw, for its
-/// keep-alive (`keepalive.rs`): when it last received a byte of a
-/// response, which request the layer saw answered to the end, and which
-/// the connection started since.
-struct ConnIdle {
-    opened: Instant,
-    /// Microseconds from `opened` to the last read of the connection while
-    /// it was not idle: the last byte of its last response, once it is.
-    last_read: AtomicU64,
-    /// Requests started: writes that followed a read (or none), counted by
-    /// the connection alone.
-    sent: AtomicU32,
-    /// The latest request whose response the layer saw end (its body read
-    /// to the end, drained, or none): the connection is idle while that is
-    /// the last one started. 0 before any (requests count from 1).
-    ended: AtomicU32,
-    /// The response's origin and the layer's setting, from the first
-    /// HTTP/1 response through the layer.
-    origin: OnceLock<(Arc<Origin>, IdleTimeout)>,
-    /// The server takes no further request (`Keep-Alive: max=0`).
-    last_request: AtomicBool,
-}
-
-impl ConnIdle {
-    fn new() -> Self {
-        let (last_read, sent, ended, last_request) = Default::default();
-        ConnIdle { opened: Instant::now(), last_read, sent, ended, origin: OnceLock::new(), last_request }
-    }
-
-    fn now(&self) -> u64 {
-        self.opened.elapsed().as_micros().min(u128::from(u64::MAX)) as u64
-    }
-
-    /// Idle: the layer saw the response of the last request started end.
-    fn is_idle(&self) -> bool {
-        let sent = self.sent.load(Ordering::Acquire);
-        sent != 0 && self.ended.load(Ordering::Acquire) == sent
-    }
-
-    /// How long since the last byte of the last response.
-    fn idle_for(&self) -> Duration {
-        Duration::from_micros(self.now().saturating_sub(self.last_read.load(Ordering::Relaxed)))
-    }
-}
-
 impl ConnectionTag {
     /// Counts one more response on the connection and describes it; the
     /// tag goes on with the response, for [`ConnectionTag::http1`].
@@ -161,20 +120,6 @@ impl ConnectionTag {
     /// context has room to spare.
     pub(crate) fn into_parts(self) -> (Connection1, u32) {
         (Connection1(self.inner), self.request)
-    }
-}
-
-/// An HTTP/1 connection as a response keeps it, to mark it idle when the
-/// body ended ([`ConnectionTag::into_parts`]).
-pub(crate) struct Connection1(Arc<TagInner>);
-
-impl Connection1 {
-    /// The response to `request` ended (its body read to its end, drained,
-    /// or none): the connection is idle until its next request starts.
-    pub(crate) fn ended(&self, request: u32) {
-        // The latest wins: a body read to its end after the next response's
-        // (its caller was slower) says nothing new.
-        self.0.idle.ended.fetch_max(request, Ordering::AcqRel);
     }
 }
 
@@ -403,16 +348,6 @@ impl<T: Read> Read for ObservedConnection<T> {
             }
         }
     }
-}
-
-/// Whether an idle connection is to take no further request: its server
-/// said so, or it was idle for its origin's `retire_after`.
-fn retires(idle: &ConnIdle) -> bool {
-    let Some((origin, setting)) = idle.origin.get() else { return false };
-    if idle.last_request.load(Ordering::Relaxed) {
-        return true;
-    }
-    origin.idle().retire_after(*setting, origin.round_trip()).is_some_and(|after| idle.idle_for() >= after)
 }
 
 impl<T> ObservedConnection<T> {
