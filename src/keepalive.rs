@@ -66,7 +66,8 @@ pub enum IdleTimeout {
     /// a pooled connection before then, learning nothing.
     Known(Duration),
     /// Retire nothing: a pooled connection is used however long it was idle
-    /// (0.9.0's behaviour; hyper-util's `pool_idle_timeout` still applies).
+    /// (as before the layer learned idle timeouts; hyper-util's
+    /// `pool_idle_timeout` still applies).
     Ignored,
 }
 

@@ -81,8 +81,9 @@ impl RequestInfo {
 
     /// The rest of what `call` learns, once the request's origin is known:
     /// built once, in place, and inlined into `call` (`bash
-    /// benches/callgrind.sh` in 0.9.0: a response read to its end cost the
-    /// layer 25 fewer than with `captured` set on `of_head`'s result).
+    /// benches/callgrind.sh`, when it was written: a response read to its
+    /// end cost the layer 25 fewer than with `captured` set on `of_head`'s
+    /// result).
     #[inline]
     fn with_origin(
         shared: &Arc<Shared>,
