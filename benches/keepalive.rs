@@ -146,17 +146,16 @@ fn run_server(
     let mut layer_notes = Vec::new();
     for (name, layer) in [("stack", &layers.stack), ("stack + retry", &layers.retry)] {
         let r = layer.stats().reuse();
-        // TODO(issue 52): print `r.retired` (connections retired before
-        // their server's idle close) and `r.sent_again` (ReuseSnapshot),
-        // and each origin's `idle_timeout` / `retire_after`
-        // (OriginSnapshot) as columns of their own, once the library has
-        // them; the origins' Debug below shows them meanwhile.
         layer_notes.push(format!(
-            "{name}'s shared layer: {} requests, {} on a reused connection, {} connections opened",
-            r.requests, r.reused, r.connections_opened
+            "{name}'s shared layer: {} requests, {} on a reused connection, {} connections opened, {} \
+             retired before their server's idle close, {} requests sent again",
+            r.requests, r.reused, r.connections_opened, r.retired, r.sent_again
         ));
-        for origin in layer.origins() {
-            layer_notes.push(format!("  {origin:?}"));
+        for o in layer.origins() {
+            layer_notes.push(format!(
+                "  {}: idle timeout {:?}, retire after {:?}, {} idle closes seen, {} retired",
+                o.origin, o.idle_timeout, o.retire_after, o.idle_closes, o.retired
+            ));
         }
     }
     Ok(ServerRun {
