@@ -488,3 +488,41 @@ impl Service<http::Uri> for Gated {
         })
     }
 }
+
+/// A client built with hyper-util's `retry_canceled_requests(false)`: the
+/// request a retired connection gives back unwritten fails as `client error
+/// (Canceled)`, and `RetryRefusedLayer` sends it again whatever its method
+/// (nothing of it was written), counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_hyper_utils_own_resend_the_retry_sends_a_retired_connections_request_again() {
+    const TIMEOUT: Duration = Duration::from_millis(400);
+    let server = IdleServer::start(Idle::after(TIMEOUT)).await;
+    let layer = DrainOnDropLayer::new().max_time(SECONDS);
+    let mut warm = stack(&layer);
+    send(&mut warm, &layer, "GET", server.uri("/?id=warm")).await.unwrap();
+    wait_for("the idle close, seen", TIMEOUT + SLACK, || origin(&layer).idle_closes == 1).await;
+
+    let client = Client::builder(TokioExecutor::new())
+        .retry_canceled_requests(false)
+        .build::<_, Empty<Bytes>>(layer.observe(HttpConnector::new()));
+    let mut bare = BoxCloneService::new(ServiceBuilder::new().layer(layer.clone()).service(client.clone()));
+    let done = send(&mut bare, &layer, "GET", server.uri("/?id=a1")).await.unwrap();
+    idle_past_retire_after(done, &layer).await;
+    let err = send(&mut bare, &layer, "POST", server.uri("/?id=a2")).await.expect_err("given back unwritten");
+    assert!(err.contains("Canceled"), "{err}");
+    assert_eq!(server.served("a2"), 0, "never written");
+
+    let mut retried = BoxCloneService::new(
+        ServiceBuilder::new().layer(RetryRefusedLayer::new()).layer(layer.clone()).service(client),
+    );
+    let done = send(&mut retried, &layer, "GET", server.uri("/?id=b1")).await.unwrap();
+    idle_past_retire_after(done, &layer).await;
+    let before = layer.stats().reuse();
+    send(&mut retried, &layer, "POST", server.uri("/?id=b2"))
+        .await
+        .expect("sent again on another connection");
+    let now = layer.stats().reuse().since(&before);
+    assert_eq!(now.sent_again, 1, "{now:?}");
+    assert!(now.retired >= 1, "{now:?}");
+    assert_eq!(server.served("b2"), 1, "processed once");
+}
