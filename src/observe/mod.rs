@@ -305,9 +305,10 @@ impl<T: Read> Read for ObservedConnection<T> {
         if *this.retired {
             return Poll::Ready(Ok(()));
         }
-        if !idle.is_idle() {
+        if !idle.is_idle() || buf.remaining() == 0 {
             // A response on its way (or HTTP/2, whose responses never end
-            // here): its bytes go straight to hyper.
+            // here), or no room to tell a close from bytes: straight to
+            // hyper.
             let read = ready!(this.inner.poll_read(cx, buf));
             idle.last_read.store(idle.now(), Ordering::Relaxed);
             *this.read_since_write = true;
@@ -319,6 +320,7 @@ impl<T: Read> Read for ObservedConnection<T> {
         let mut scratch = [0u8; 64];
         let room = buf.remaining().min(scratch.len());
         let mut read = ReadBuf::new(&mut scratch[..room]);
+        // Not empty: `room` > 0, so `Ready(Ok)` with nothing read is the end.
         match this.inner.poll_read(cx, read.unfilled()) {
             Poll::Ready(Ok(())) if !read.filled().is_empty() => {
                 buf.put_slice(read.filled());
