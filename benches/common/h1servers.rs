@@ -33,6 +33,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::BoxError;
+use super::servers::{APACHE_MODULES, env_or, nginx, node, on_path, read_log, repo, stop};
 
 /// The response body's length, the same on every server.
 pub const BODY_LEN: usize = 64 * 1024;
@@ -104,39 +105,9 @@ impl H1Kind {
     }
 }
 
-/// The repository (`benches/` is a package of its own).
-fn repo() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("repository")
-}
-
-fn env_or(var: &str, default: impl FnOnce() -> Option<PathBuf>) -> Option<PathBuf> {
-    match std::env::var_os(var).filter(|p| !p.is_empty()) {
-        Some(path) => Some(PathBuf::from(path)),
-        None => default(),
-    }
-}
-
-fn on_path(name: &str) -> Option<PathBuf> {
-    let paths = std::env::var_os("PATH")?;
-    std::env::split_paths(&paths).map(|d| d.join(name)).find(|p| p.is_file())
-}
-
-fn node() -> Option<PathBuf> {
-    env_or("DRAIN_BENCH_NODE", || on_path("node"))
-}
-
 fn go_server() -> Option<PathBuf> {
     env_or("DRAIN_BENCH_KASERVER", || Some(repo().join("target/go/kaserver")).filter(|p| p.is_file()))
 }
-
-fn nginx() -> Option<PathBuf> {
-    env_or("INTEROP_NGINX", || {
-        on_path("nginx").or_else(|| Some(PathBuf::from("/usr/sbin/nginx")).filter(|p| p.is_file()))
-    })
-}
-
-/// Where Debian keeps Apache's modules.
-const APACHE_MODULES: &str = "/usr/lib/apache2/modules";
 
 fn apache() -> Option<PathBuf> {
     let found = Path::new(APACHE_MODULES).join("mod_mpm_event.so").is_file();
@@ -430,26 +401,6 @@ impl Drop for H1Server {
             let _ = std::fs::remove_dir_all(prefix);
         }
     }
-}
-
-/// Stops `child`: SIGKILL, or with `term` SIGTERM (SIGKILL after 5 s).
-fn stop(child: &mut Child, term: bool) {
-    if term {
-        let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).stderr(Stdio::null()).status();
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-}
-
-fn read_log(prefix: &Path) -> String {
-    std::fs::read_to_string(prefix.join("error.log")).unwrap_or_default().trim().to_string()
 }
 
 /// The first line `binary flag` prints, on stdout or stderr.

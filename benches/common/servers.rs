@@ -102,23 +102,23 @@ impl ServerKind {
 }
 
 /// The repository (`benches/` is a package of its own).
-fn repo() -> &'static Path {
+pub(super) fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("repository")
 }
 
-fn env_or(var: &str, default: impl FnOnce() -> Option<PathBuf>) -> Option<PathBuf> {
+pub(super) fn env_or(var: &str, default: impl FnOnce() -> Option<PathBuf>) -> Option<PathBuf> {
     match std::env::var_os(var).filter(|p| !p.is_empty()) {
         Some(path) => Some(PathBuf::from(path)),
         None => default(),
     }
 }
 
-fn on_path(name: &str) -> Option<PathBuf> {
+pub(super) fn on_path(name: &str) -> Option<PathBuf> {
     let paths = std::env::var_os("PATH")?;
     std::env::split_paths(&paths).map(|d| d.join(name)).find(|p| p.is_file())
 }
 
-fn node() -> Option<PathBuf> {
+pub(super) fn node() -> Option<PathBuf> {
     env_or("DRAIN_BENCH_NODE", || on_path("node"))
 }
 
@@ -130,7 +130,7 @@ fn go_server() -> Option<PathBuf> {
     env_or("DRAIN_BENCH_GO_SERVER", || Some(repo().join("target/go/goserver")).filter(|p| p.is_file()))
 }
 
-fn nginx() -> Option<PathBuf> {
+pub(super) fn nginx() -> Option<PathBuf> {
     env_or("INTEROP_NGINX", || {
         on_path("nginx").or_else(|| Some(PathBuf::from("/usr/sbin/nginx")).filter(|p| p.is_file()))
     })
@@ -148,7 +148,7 @@ fn apache() -> Option<PathBuf> {
 }
 
 /// Where Debian keeps Apache's modules.
-const APACHE_MODULES: &str = "/usr/lib/apache2/modules";
+pub(super) const APACHE_MODULES: &str = "/usr/lib/apache2/modules";
 
 fn h2o() -> Option<PathBuf> {
     env_or("DRAIN_BENCH_H2O", || {
@@ -438,7 +438,7 @@ impl Drop for Server {
 }
 
 /// Stops `child`: SIGKILL, or with `term` SIGTERM (SIGKILL after 5 s).
-fn stop(child: &mut Child, term: bool) {
+pub(super) fn stop(child: &mut Child, term: bool) {
     if term {
         let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).stderr(Stdio::null()).status();
         let deadline = Instant::now() + Duration::from_secs(5);
@@ -453,7 +453,7 @@ fn stop(child: &mut Child, term: bool) {
     let _ = child.wait();
 }
 
-fn read_log(prefix: &Path) -> String {
+pub(super) fn read_log(prefix: &Path) -> String {
     std::fs::read_to_string(prefix.join("error.log")).unwrap_or_default().trim().to_string()
 }
 
