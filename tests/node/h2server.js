@@ -2,7 +2,7 @@
 // tests/http2_node.rs, through `NodeH2` in tests/support/mod.rs. Node 20, no
 // npm packages.
 //
-//   node h2server.js [--max-streams N] [--max-session-memory MB] [--tls CERT KEY] [--tap]
+//   node h2server.js [--max-streams N] [--max-session-memory MB] [--idle-timeout MS] [--tls CERT KEY] [--tap]
 //
 // Listens on 127.0.0.1:0, prints "READY <port>" on stdout, and exits when its
 // stdin closes (the test process went away). Without --max-streams the
@@ -10,7 +10,10 @@
 // SETTINGS_MAX_CONCURRENT_STREAMS, and a session refuses new streams once it
 // holds 10 MB (`maxSessionMemory`). With --max-streams N it announces N.
 // With --max-session-memory MB a session holds up to MB megabytes instead
-// (Node's `maxSessionMemory`).
+// (Node's `maxSessionMemory`). With --idle-timeout MS a session idle for MS
+// (no byte either way) is closed gracefully: GOAWAY NO_ERROR, then the
+// connection once its streams are done (counted in idle_closes), as servers
+// close idle HTTP/2 connections.
 //
 // Paths (every response 200 unless said otherwise):
 //   /len/N      N bytes with content-length, in 16 KiB writes, each waiting
@@ -106,6 +109,7 @@ const c = {
   frame_errors: 0,
   bytes_written: 0,
   calm_refused: 0,
+  idle_closes: 0,
 };
 const rstOther = new Map();
 const goawayCodes = new Map();
@@ -245,6 +249,7 @@ const options = {};
 if (maxStreams !== undefined) options.settings = { maxConcurrentStreams: maxStreams };
 const maxSessionMemory = flag('--max-session-memory');
 if (maxSessionMemory !== undefined) options.maxSessionMemory = maxSessionMemory;
+const idleTimeout = flag('--idle-timeout');
 // --tls CERT.pem KEY.pem: HTTP/2 over TLS (ALPN h2 only) instead of h2c.
 const tls = args.indexOf('--tls');
 if (tls >= 0) {
@@ -255,6 +260,12 @@ if (tls >= 0) {
 const server = tls >= 0 ? http2.createSecureServer(options) : http2.createServer(options);
 
 server.on('session', (session) => {
+  if (idleTimeout !== undefined) {
+    session.setTimeout(idleTimeout, () => {
+      c.idle_closes += 1;
+      session.close();
+    });
+  }
   const s = { session, seen: 0, maxId: -1, lastProc: -1, counted: false, open: 0, errored: false, cancels: 0 };
   // The last stream id nghttp2 processed is readable only until the session
   // is destroyed: note it just before, whatever destroys it (an nghttp2

@@ -873,6 +873,8 @@ pub struct NodeStats {
     pub goaway_codes: String,
     pub frame_errors: u64,
     pub bytes_written: u64,
+    /// Sessions closed for being idle (`--idle-timeout`).
+    pub idle_closes: u64,
     pub errors: String,
     /// The frames the `--tap` relay saw (empty without it).
     pub tap: String,
@@ -913,6 +915,7 @@ impl NodeStats {
             goaway_codes: text("goaway_codes"),
             frame_errors: num("frame_errors"),
             bytes_written: num("bytes_written"),
+            idle_closes: num("idle_closes"),
             errors: text("errors"),
             tap: text("tap"),
         }
