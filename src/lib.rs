@@ -242,8 +242,8 @@
 //! 1,000 resets in a burst, then 33 a second, and sends GOAWAY
 //! INTERNAL_ERROR; nginx sends a graceful GOAWAY after `keepalive_requests`;
 //! any server shutting down does; Node's refusals above. hyper-util's
-//! `Client` fails those requests. [`RetryRefusedLayer`] (feature `http2`),
-//! one line above this layer, sends a request again on another connection
+//! `Client` fails those requests. [`RetryRefusedLayer`], one line above
+//! this layer, sends a request again on another connection
 //! (at once, then after a wait doubling from 25 ms, 6 times at most) when
 //! the server never processed it (above a GOAWAY's last stream id, refused
 //! with REFUSED_STREAM, failed by hyper-util before a byte of it was
@@ -289,9 +289,9 @@
 //! connections and their reuse ([`ConnectionReuse`]).
 #![cfg_attr(
     not(feature = "http2"),
-    doc = "\n*These pages were built without the `http2` feature: [`Http2Connector`] and \
-           [`RetryRefusedLayer`] link to docs.rs. In the crate's repository, \
-           `cargo doc --open -p drain-on-drop --all-features` documents them here; in a \
+    doc = "\n*These pages were built without the `http2` feature: [`Http2Connector`] links \
+           to docs.rs. In the crate's repository, \
+           `cargo doc --open -p drain-on-drop --all-features` documents it here; in a \
            project of your own, enable the feature in its `Cargo.toml`.*\n"
 )]
 //!
@@ -472,16 +472,14 @@
 //!
 //! [`Client`]: https://docs.rs/hyper-util/latest/hyper_util/client/legacy/struct.Client.html
 
-// The HTTP/2 road's items exist with the `http2` feature: without it (as
-// `cargo doc` builds by default), their links go to docs.rs, built with it.
-#![cfg_attr(
-    feature = "http2",
-    doc = "\n[`RetryRefusedLayer`]: crate::RetryRefusedLayer\n[`Http2Connector`]: crate::Http2Connector"
-)]
+//! [`RetryRefusedLayer`]: crate::RetryRefusedLayer
+
+// The HTTP/2 connector exists with the `http2` feature: without it (as
+// `cargo doc` builds by default), its links go to docs.rs, built with it.
+#![cfg_attr(feature = "http2", doc = "\n[`Http2Connector`]: crate::Http2Connector")]
 #![cfg_attr(
     not(feature = "http2"),
-    doc = "\n[`RetryRefusedLayer`]: https://docs.rs/drain-on-drop/latest/drain_on_drop/retry/struct.RetryRefusedLayer.html\n\
-           [`Http2Connector`]: https://docs.rs/drain-on-drop/latest/drain_on_drop/connector/struct.Http2Connector.html"
+    doc = "\n[`Http2Connector`]: https://docs.rs/drain-on-drop/latest/drain_on_drop/connector/struct.Http2Connector.html"
 )]
 #![forbid(unsafe_code)]
 
