@@ -18,8 +18,9 @@ use hyper::rt::{Read, ReadBuf, ReadBufCursor, Write};
 use hyper_util::client::legacy::connect::{Connected, Connection};
 use tower_service::Service;
 
+use super::dial::Dial;
 use super::frames::{Frame, Frames};
-use super::gate::{Dial, DialOrigin};
+use super::gate::DialOrigin;
 use super::link::{Link, LinkTag};
 use crate::http2::{self, Proto, Received};
 use crate::timer::Deadline;
@@ -40,8 +41,7 @@ enum State<T> {
 }
 
 /// Until a request went on a connection, the dial others wait for: over
-/// (they go through the gate again, or wait on for the pool) if it is
-/// dropped first.
+/// (they go through the gate again) if it is dropped first.
 pub(super) struct Hold {
     pub(super) origin: Arc<DialOrigin>,
     pub(super) dial: Option<Arc<Dial>>,
@@ -59,10 +59,11 @@ impl Hold {
         None
     }
 
-    /// A request went on the connection: it is pooled.
-    fn serving(mut self) {
+    /// A request went on the connection, which hyper-util's pool handed out
+    /// (`pooled`) or not (a client without a pool).
+    fn serving(mut self, pooled: bool) {
         if let Some(dial) = self.dial.take() {
-            self.origin.serving(&dial);
+            self.origin.serving(&dial, pooled);
         }
     }
 }
@@ -70,7 +71,7 @@ impl Hold {
 impl Drop for Hold {
     fn drop(&mut self) {
         if let Some(dial) = self.dial.take() {
-            self.origin.abandoned(&dial);
+            self.origin.unused(&dial);
         }
     }
 }
@@ -161,7 +162,10 @@ impl<T> Tracked<T> {
         if requests > 0
             && let Some(pooling) = self.pooling.take()
         {
-            pooling.serving();
+            // hyper-util's pool copies the connection's `Connected` for each
+            // request it hands it to, the one that dialed it included
+            // (`LinkTag`): none, no pool.
+            pooling.serving(self.link.checkouts() > 0);
         }
         self.requests += requests;
         if requests > 0 || self.resets > before {
@@ -176,9 +180,12 @@ impl<T> Tracked<T> {
     /// the GOAWAY's last id; all of them when there is none).
     fn received(&mut self, bytes: &[u8]) {
         let Tracked { got: Some(got), open, resets, .. } = self else { return };
-        let (mut punished, in_flight) = (None, open.len());
+        let (mut punished, mut streams, mut answered, in_flight) = (None, None, false, open.len());
         got.read(bytes, &mut |frame| match frame {
+            Frame::MaxStreams(n) => streams = Some(n),
+            Frame::Headers { end: false, .. } => answered = true,
             Frame::Headers { id, end: true } | Frame::DataEnd { id } => {
+                answered = true;
                 open.remove(&id);
             }
             Frame::Reset { id, code: Some(code) } => {
@@ -198,6 +205,12 @@ impl<T> Tracked<T> {
         });
         if self.open.len() != in_flight {
             self.link.charge(self.resets, self.open.len(), self.requests);
+        }
+        if let Some(streams) = streams {
+            self.link.max_streams(streams);
+        }
+        if answered {
+            self.link.answered();
         }
         if let Some(bore) = punished {
             self.link.punished(bore);

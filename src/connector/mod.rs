@@ -8,6 +8,7 @@
 //! connections themselves (`io`), and what a connection carries (`frames`).
 
 mod connect;
+mod dial;
 mod frames;
 mod gate;
 mod io;
@@ -15,17 +16,20 @@ mod link;
 
 use std::collections::HashMap;
 use std::fmt;
+use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use http::Uri;
 use hyper_util::client::legacy::connect::Connection;
 use tower_service::Service;
 
+use crate::http2;
+
 pub use self::connect::ConnectFuture;
-use self::gate::DialOrigin;
+use self::gate::{ClientFacts, DialOrigin};
 pub use self::io::Http2Connection;
 pub(crate) use self::link::LinkTag;
 
@@ -184,12 +188,42 @@ impl<C> Http2Connector<C> {
     /// ```
     /// # use drain_on_drop::Http2Connector;
     /// # use hyper_util::client::legacy::connect::HttpConnector;
-    /// # use std::time::Duration;
+    /// # use std::time::{Duration, Instant};
     /// // An origin far away, whose handshakes vary a lot.
     /// let connector = Http2Connector::new(HttpConnector::new()).dial_patience(Duration::from_secs(1));
     /// ```
     pub fn dial_patience(self, patience: Duration) -> Self {
         let settings = Settings { patience: Some(patience), ..self.origins.settings };
+        Http2Connector { inner: self.inner, origins: Arc::new(Origins::new(settings)) }
+    }
+
+    /// Sets the most HTTP/2 connections one origin has open at once for
+    /// streams its server does not let one connection carry. hyper-util's
+    /// pool puts every HTTP/2 request to an origin on one connection, and
+    /// h2 queues those above the server's SETTINGS_MAX_CONCURRENT_STREAMS
+    /// on it (nginx announces 128, Apache and h2o 100, Go's server 250):
+    /// with 100 streams and answers that take 100 ms, one connection
+    /// carries 1,000 requests a second, whatever the callers. The connector
+    /// moves a connection on (it takes no new request; the requests on it
+    /// finish) at the hand-out from the pool that takes its last stream,
+    /// and the next request dials another, once at a time, as Go's client
+    /// opens another connection when every stream of its own is taken.
+    /// Unlike Go's, a connection moved on is not used again (hyper-util's
+    /// pool keeps one HTTP/2 connection per origin): under a load above the
+    /// server's limit, one new connection for each batch of about that
+    /// many requests, each closed when its last stream ends. `1` keeps one
+    /// connection, and h2's queue, as hyper-util alone does. Default is 16.
+    /// Servers that announce no limit (Node), or that callers within it
+    /// never fill, keep one connection.
+    ///
+    /// ```
+    /// # use drain_on_drop::Http2Connector;
+    /// # use hyper_util::client::legacy::connect::HttpConnector;
+    /// // Never more than 4 connections to one origin.
+    /// let connector = Http2Connector::new(HttpConnector::new()).max_connections_per_origin(4);
+    /// ```
+    pub fn max_connections_per_origin(self, connections: usize) -> Self {
+        let settings = Settings { max_connections: connections.max(1), ..self.origins.settings };
         Http2Connector { inner: self.inner, origins: Arc::new(Origins::new(settings)) }
     }
 
@@ -225,9 +259,9 @@ impl<C: fmt::Debug> fmt::Debug for Http2Connector<C> {
 /// at once with an error hyper-util drops.
 impl<C> Service<Uri> for Http2Connector<C>
 where
-    C: Service<Uri> + Clone,
+    C: Service<Uri> + Clone + Send + 'static,
     C::Error: Into<BoxError>,
-    C::Future: Unpin,
+    C::Future: Unpin + Send + 'static,
     C::Response: Connection,
 {
     type Response = Http2Connection<C>;
@@ -254,41 +288,106 @@ pub(crate) fn punished(connected: &hyper_util::client::legacy::connect::Connecte
 }
 
 /// What the user fixed (`Http2Connector::resets_per_connection`,
-/// `Http2Connector::dial_patience`), for every origin.
-#[derive(Clone, Copy, Debug, Default)]
+/// `Http2Connector::dial_patience`,
+/// `Http2Connector::max_connections_per_origin`), for every origin.
+#[derive(Clone, Copy, Debug)]
 pub(crate) struct Settings {
     pub(crate) share: Option<usize>,
     pub(crate) patience: Option<Duration>,
+    pub(crate) max_connections: usize,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings { share: None, patience: None, max_connections: http2::MAX_CONNECTIONS }
+    }
 }
 
 /// The origins of one connector (and of its clones): the state of each
-/// (`gate::DialOrigin`), keyed by scheme, host and port.
+/// (`gate::DialOrigin`), keyed by scheme, host and port; and, for the
+/// client's life, what each origin forgotten spoke (a hash of its key and
+/// one byte), so that a cold burst waits for a handshake to learn an
+/// origin's protocol once per origin, however many origins there are.
 pub(crate) struct Origins {
     by_key: Mutex<HashMap<Box<str>, Arc<DialOrigin>>>,
+    spoke: Mutex<HashMap<u64, http2::Proto>>,
+    client: Arc<ClientFacts>,
     pub(crate) settings: Settings,
 }
 
-/// Origins kept before those no connection or dial uses are forgotten.
+/// Origins kept before those no connection or dial uses are forgotten
+/// (but for what they spoke).
 const KEPT: usize = 1024;
+
+fn hash(key: &str) -> u64 {
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    key.hash(&mut hasher);
+    hasher.finish()
+}
+
+/// Dials that failed, by origin key, and when (kept [`FAILED_KEPT`]): for
+/// `RetryRefused`, which reads a request hyper-util failed as "request was
+/// canceled" (a pool waiter whose dial went away: with `http2_only`
+/// hyper-util's own lock keeps its waiters from the connector) as never
+/// written, unless the dial it waited for failed: sent again, it would
+/// only dial the failing origin again.
+static FAILED: Mutex<Vec<(Box<str>, Instant)>> = Mutex::new(Vec::new());
+
+/// How long a failed dial is remembered for [`failed_since`].
+const FAILED_KEPT: Duration = Duration::from_secs(60);
+
+/// A dial to the origin keyed `key` failed now.
+pub(crate) fn dial_failed(key: &str) {
+    let now = Instant::now();
+    let mut failed = FAILED.lock().unwrap_or_else(|e| e.into_inner());
+    failed.retain(|(k, at)| now.saturating_duration_since(*at) < FAILED_KEPT && &**k != key);
+    failed.push((key.into(), now));
+}
+
+/// Whether a dial by an [`Http2Connector`] to `uri`'s origin failed at or
+/// after `since`.
+pub(crate) fn failed_since(uri: &Uri, since: Instant) -> bool {
+    let Some(key) = Origins::key(uri) else { return false };
+    let failed = FAILED.lock().unwrap_or_else(|e| e.into_inner());
+    failed.iter().any(|(k, at)| **k == *key && *at >= since)
+}
 
 impl Origins {
     pub(crate) fn new(settings: Settings) -> Self {
-        Origins { by_key: Mutex::default(), settings }
+        Origins { by_key: Mutex::default(), spoke: Mutex::default(), client: Arc::default(), settings }
     }
 
-    /// The origin of `dst` (scheme, host and port: never a userinfo).
+    /// The key of `uri`'s origin (scheme, host and port: never a
+    /// userinfo); none without a host.
+    fn key(uri: &Uri) -> Option<Box<str>> {
+        let scheme = uri.scheme_str().unwrap_or("");
+        let host = uri.host()?;
+        let port = uri.port_u16().unwrap_or(if scheme == "https" { 443 } else { 80 });
+        Some(format!("{scheme}://{host}:{port}").into_boxed_str())
+    }
+
+    /// The origin of `dst`.
     pub(crate) fn of(&self, dst: &Uri) -> Arc<DialOrigin> {
+        let key = Self::key(dst).unwrap_or_else(|| format!("{}://:0", dst.scheme_str().unwrap_or("")).into());
         let scheme = dst.scheme_str().unwrap_or("");
-        let host = dst.host().unwrap_or("");
-        let port = dst.port_u16().unwrap_or(if scheme == "https" { 443 } else { 80 });
-        let key = format!("{scheme}://{host}:{port}").into_boxed_str();
         let mut by_key = self.by_key.lock().unwrap_or_else(|e| e.into_inner());
-        if by_key.len() >= KEPT && !by_key.contains_key(&key) {
-            by_key.retain(|_, origin| Arc::strong_count(origin) > 1);
+        if let Some(origin) = by_key.get(&key) {
+            return origin.clone();
         }
-        by_key
-            .entry(key)
-            .or_insert_with(|| Arc::new(DialOrigin::new(scheme == "https", self.settings)))
-            .clone()
+        let mut spoke = self.spoke.lock().unwrap_or_else(|e| e.into_inner());
+        if by_key.len() >= KEPT {
+            by_key.retain(|key, origin| {
+                let used = Arc::strong_count(origin) > 1;
+                if !used && origin.proto() != http2::Proto::Unknown {
+                    spoke.insert(hash(key), origin.proto());
+                }
+                used
+            });
+        }
+        let proto = spoke.remove(&hash(&key)).unwrap_or(http2::Proto::Unknown);
+        drop(spoke);
+        let origin =
+            DialOrigin::new(key.clone(), scheme == "https", proto, self.settings, self.client.clone());
+        by_key.entry(key).or_insert(Arc::new(origin)).clone()
     }
 }

@@ -119,7 +119,7 @@
 mod retries;
 
 #[cfg(feature = "http2")]
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 #[cfg(feature = "http2")]
 pub(crate) use self::retries::{DialFailed, H2Said, Superseded, h2_failure};
@@ -178,6 +178,37 @@ pub(crate) fn patience(handshakes: &[Duration]) -> Duration {
     median.saturating_mul(2).clamp(PATIENCE_FLOOR, PATIENCE_CEILING)
 }
 
+/// When a dial that began at `started` races a second attempt: after
+/// `patience` when some connect besides the one that started it waits for
+/// it, else after [`LONE_RACE`] (or the patience, if longer). A dial
+/// nobody else waits for is raced only so late because hyper-util's own
+/// HTTP/2 lock (`http2_only`) may hold requests the connector cannot see
+/// behind it; a lone dial that ends before that costs one connection, as
+/// hyper-util alone's does.
+#[cfg(feature = "http2")]
+pub(crate) fn race_at(started: Instant, patience: Duration, someone_waits: bool) -> Instant {
+    started + if someone_waits { patience } else { patience.max(LONE_RACE) }
+}
+
+/// When a dial nobody else waits for races a second attempt (see
+/// [`race_at`]): RFC 8305's upper bound on its attempt delay.
+#[cfg(feature = "http2")]
+pub(crate) const LONE_RACE: Duration = PATIENCE_CEILING;
+
+/// Whether a connect that joined a dial at `arrived` goes on waiting once
+/// one of the dial's attempts failed after `took`, `running` the attempts
+/// still on their way (when each began, how long it has run). hyper-util
+/// alone would have dialed for it when it arrived, and (the same origin,
+/// the same fault) failed `took` later: an attempt that began no later
+/// than that and has not yet run `took` may still serve it sooner; any
+/// other attempt could not (it began after, or has already outlasted the
+/// fault), so it fails at once with the failure, as its own dial would
+/// have.
+#[cfg(feature = "http2")]
+pub(crate) fn waits_after_failure(arrived: Instant, took: Duration, running: &[(Instant, Duration)]) -> bool {
+    running.iter().any(|&(began, ran)| began <= arrived && ran < took)
+}
+
 /// [`patience`] before any handshake to the origin ended: a TCP and TLS
 /// 1.3 handshake (2 round trips) with its name lookup fits across most of
 /// the world, and a handshake that never ends is raced after this (RFC
@@ -222,6 +253,29 @@ pub(crate) const HANDSHAKES_KEPT: usize = 8;
 pub(crate) fn moves_on(may_reset: usize, allowance: usize) -> bool {
     allowance > 0 && may_reset >= allowance
 }
+
+/// Whether a connection whose server lets it have `limit` streams open at
+/// once is full: `busy` of them are taken (streams in flight, and requests
+/// hyper-util's pool handed it not yet sent). hyper-util's pool puts every
+/// HTTP/2 request to an origin on its one pooled connection, and h2 queues
+/// the streams above the limit on it (hyperium/hyper#3173, #3623): a
+/// connection moved on when full sends the next request to a new one, as
+/// Go's client opens another connection when every stream of its
+/// connections is taken (`StrictMaxConcurrentStreams` off, its default).
+/// Unlike Go's, a connection moved on takes no request again (hyper-util's
+/// pool keeps one HTTP/2 connection per origin, and gives up one that took
+/// no request): under load above the limit, one new connection per `limit`
+/// requests or so.
+#[cfg(feature = "http2")]
+pub(crate) fn fills(busy: usize, limit: usize) -> bool {
+    limit > 0 && busy >= limit
+}
+
+/// The most HTTP/2 connections an origin has open at once for streams its
+/// server's limit does not let one carry, unless the user sets it: 16
+/// connections of nginx's 128 streams carry 2,048 requests at once.
+#[cfg(feature = "http2")]
+pub(crate) const MAX_CONNECTIONS: usize = 16;
 
 /// Whether a frame the server sent punishes the connection for what it
 /// did: a stream refused with ENHANCE_YOUR_CALM (Node, its session memory
