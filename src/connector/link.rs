@@ -50,6 +50,8 @@ pub(crate) struct Link {
     answered: AtomicBool,
     /// Its server's SETTINGS_MAX_CONCURRENT_STREAMS (`0`: none said).
     max_streams: AtomicUsize,
+    /// Its streams in flight whose response head has not come.
+    awaiting: AtomicUsize,
     /// When its first request went out, and the hand-outs counted then
     /// (those of hyper-util's first pass, see `first_pass_over`).
     first_write: OnceLock<(Instant, usize)>,
@@ -92,6 +94,7 @@ impl Link {
             moved: AtomicBool::new(false),
             filled: AtomicBool::new(false),
             max_streams: AtomicUsize::new(0),
+            awaiting: AtomicUsize::new(0),
             answered: AtomicBool::new(false),
             punished: AtomicBool::new(false),
             passed: AtomicBool::new(false),
@@ -101,10 +104,12 @@ impl Link {
     }
 
     /// The connection has written `resets` RST_STREAM frames and `written`
-    /// requests, and `open` of its streams may still be reset (stored in
-    /// that order: a reader loads them the other way round).
-    pub(crate) fn charge(&self, resets: usize, open: usize, written: usize) {
+    /// requests, and `open` of its streams may still be reset, `awaiting` of
+    /// them still without their response head (stored in that order: a
+    /// reader loads them the other way round).
+    pub(crate) fn charge(&self, resets: usize, open: usize, written: usize, awaiting: usize) {
         self.resets.store(resets, Ordering::Relaxed);
+        self.awaiting.store(awaiting, Ordering::Relaxed);
         self.open.store(open, Ordering::Release);
         self.written.store(written, Ordering::Release);
         if written > 0 {
@@ -177,15 +182,20 @@ impl Link {
     /// may open another connection, so that the next request dials one (a
     /// first pass that handed it more requests than that moves it on once
     /// they are on their way, see [`first_pass_over`](Self::first_pass_over)).
+    /// The streams taken are those awaiting their response head and the
+    /// requests handed it not yet sent: a stream whose head came may be one
+    /// whose body was just dropped, its reset not yet written (callers
+    /// answered together send their next requests together, before h2
+    /// writes the resets of the last ones).
     fn check_streams(&self) {
         let limit = self.max_streams.load(Ordering::Relaxed);
         if limit == 0 || self.filled.load(Ordering::Relaxed) {
             return;
         }
         let written = self.written.load(Ordering::Acquire);
-        let open = self.open.load(Ordering::Acquire);
+        let awaiting = self.awaiting.load(Ordering::Relaxed);
         let pending = self.checkouts.load(Ordering::Relaxed).saturating_sub(written.saturating_add(1));
-        if http2::fills(open.saturating_add(pending), limit)
+        if http2::fills(awaiting.saturating_add(pending), limit)
             && self.origin.may_open_another()
             && !self.filled.swap(true, Ordering::SeqCst)
         {
