@@ -330,10 +330,11 @@ async fn a_lone_far_dial_costs_one_connection() {
 }
 
 /// (5) The first connection completes TLS, then the server closes it; 8
-/// GETs at once, in 4 rounds on fresh clients: every round answered within
-/// alone's + 10% plus one handshake (the stack learns the connection went
+/// GETs at once, in 4 rounds on fresh clients: every round ends within
+/// alone's + 10% plus 150 ms (the stack learns the connection went
 /// unused and dials again; alone had dialed for every caller at once;
-/// 0.9.0 held 3 rounds of 4 about 1,010 ms).
+/// 0.9.0 held 3 rounds of 4 about 1,010 ms), failing no more requests
+/// than alone (or the one whose dial made the closed connection).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_gone_unused_frees_its_waiters_at_once() {
     let tls = tls::pair("127.0.0.1");
@@ -350,8 +351,18 @@ async fn a_connection_gone_unused_frees_its_waiters_at_once() {
             last(&s),
             failed(&s)
         );
-        assert_eq!(failed(&s), 0, "round {round}: {:?}", errors(&s));
-        let handshake = Duration::from_millis(50);
+        // The request whose dial made the closed connection may fail with
+        // it, as alone's may (each of alone's callers has its own dial).
+        assert!(
+            failed(&s) <= failed(&a).max(1),
+            "round {round}: the stack failed {} (alone {}): {:?}",
+            failed(&s),
+            failed(&a),
+            errors(&s)
+        );
+        // One handshake more, and under load at most the pool's hand-out
+        // grace (100 ms, `SERVED_GRACE`): 0.9.0 held them 1 s.
+        let handshake = Duration::from_millis(150);
         assert!(
             last(&s) <= bound(last(&a)) + handshake,
             "round {round}: the stack's last at {:?}, alone's at {:?}",
