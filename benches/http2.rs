@@ -142,6 +142,8 @@ struct Cell {
     endless: Option<&'static str>,
     /// Fault cells: what goes wrong, and the run's numbers.
     fault: Option<FaultCell>,
+    /// Each answer after this long (Go's server, `/slow/N?ms=D`).
+    slow: Option<Duration>,
 }
 
 /// A fault cell's fault and numbers (`common::faults`).
@@ -177,6 +179,7 @@ impl Cell {
             far: None,
             endless: None,
             fault: None,
+            slow: None,
         }
     }
 
@@ -209,6 +212,9 @@ impl Cell {
                 false => format!("fault: {}, {callers}{requests}{road}", f.fault.label()),
             };
         }
+        if let Some(slow) = self.slow {
+            return format!("{server}, {size}, {callers}, answers after {} ms{road}", slow.as_millis());
+        }
         match self.far {
             Some(rtt) => format!("{server}, {size}, {callers}, RTT {} ms{road}", rtt.as_millis()),
             None => format!("{server}, {size}, {callers}{road}"),
@@ -216,6 +222,9 @@ impl Cell {
     }
 
     fn path(&self) -> String {
+        if let Some(slow) = self.slow {
+            return format!("/slow/{}?ms={}", self.len, slow.as_millis());
+        }
         match (self.endless, self.server) {
             (Some(path), _) => path.to_string(),
             (None, ServerKind::Hyper) => "/".into(),
@@ -274,6 +283,12 @@ fn cells() -> Vec<Cell> {
         }
     }
     cells.extend(fault_cells());
+    // Issue 53: Go's server announcing 100 streams, each answer after
+    // 100 ms (a slow backend): more callers than one connection's streams.
+    for callers in [64, 200, 400] {
+        let cell = Cell::traffic(Group::Streams, ServerKind::Go(Some(100)), 64 * KIB, callers).on(Road::Alpn);
+        cells.push(Cell { slow: Some(Duration::from_millis(100)), ..cell });
+    }
     cells
 }
 
@@ -319,7 +334,7 @@ fn budget(args: &Args, group: Group) -> (usize, Duration) {
     // microseconds a request, which shorter runs bury in noise.
     match group {
         Group::Hyper => (args.count(20_000, 500), limit),
-        Group::Servers | Group::Goaway => (args.count(10_000, 500), limit),
+        Group::Servers | Group::Goaway | Group::Streams => (args.count(10_000, 500), limit),
         Group::Endless => (ENDLESS_DROPS, limit),
         Group::Faults => (0, limit), // each fault cell has its own (`fault_setup`)
     }
@@ -450,7 +465,7 @@ fn main() -> Result<(), BoxError> {
     }
     println!("# HTTP/2: bodies dropped after their heads, one client per run, h2c or TLS (ALPN, h2 only)");
     println!("{}", args.describe(repeat));
-    for group in [Group::Hyper, Group::Servers, Group::Goaway] {
+    for group in [Group::Hyper, Group::Servers, Group::Goaway, Group::Streams] {
         let (n, limit) = budget(&args, group);
         println!("{}: {n} requests or {} s per run", group.label(), limit.as_secs());
     }

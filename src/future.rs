@@ -2,7 +2,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::task::{Context, Poll, ready};
+use std::task::{Context, Poll};
 
 use http::Response;
 use http_body::Body;
@@ -40,7 +40,16 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
-        let response = ready!(this.inner.poll(cx))?;
+        let response = match this.inner.poll(cx) {
+            Poll::Ready(response) => response?,
+            Poll::Pending => {
+                #[cfg(feature = "http2")]
+                if let Some(request) = this.request.as_ref() {
+                    crate::response::sent_on(request);
+                }
+                return Poll::Pending;
+            }
+        };
         let request = this.request.take().expect("ResponseFuture polled after completion");
         Poll::Ready(Ok(DrainBody::wrap(response, request)))
     }

@@ -219,13 +219,16 @@
 //! every connection lost. [`Http2Connector`] (feature `http2`), wrapped
 //! around the client's connector, dials an HTTP/2 origin once at a time;
 //! the other requests wait for that dial and get its connection from
-//! hyper-util's pool. A wait is bounded: a dial slower than the origin's
-//! `dial_patience` (by default twice its median handshake, 250 ms to 2 s;
-//! 500 ms before any) is raced by a second attempt, and those waiting give
-//! that one as long again, then each dials its own, as hyper-util alone
-//! would, so a handshake that never ends holds no one; a dial that fails
-//! fails those waiting for it at once, with what it said; a caller that
-//! gives up leaves nothing behind. The connector also counts the
+//! hyper-util's pool. The dial is the origin's, not the first request's: a
+//! caller that gives up leaves it going for those who wait. A wait is
+//! bounded: a dial slower than the origin's `dial_patience` (by default
+//! twice its median handshake, 250 ms to 2 s; 500 ms before any) while
+//! others wait is raced by a second attempt, and those waiting give that
+//! one as long again, then each dials its own, as hyper-util alone would,
+//! so a handshake that never ends holds no one; a failed attempt fails
+//! those it no longer serves sooner at once, with its error (typed, behind
+//! `source()`); a connection gone unused frees those waiting at once; a
+//! caller that gives up leaves nothing behind. The connector also counts the
 //! RST_STREAM frames each connection sends and reads what its server says
 //! of them, and moves a connection on (no new request on it; hyper-util
 //! dials the next, once) only after its server refused streams or closed
@@ -236,7 +239,11 @@
 //! then on, that origin's connections each move on after half the resets
 //! the refused one had sent (its `resets_per_connection`), a limit tried
 //! higher now and then and dropped when the server bears it. Servers that
-//! refuse nothing (Go's net/http, nginx, h2o, hyper) keep one connection.
+//! refuse nothing (Go's net/http, nginx, h2o, hyper) keep one connection
+//! while the callers fit in its streams: a connection whose server's
+//! `SETTINGS_MAX_CONCURRENT_STREAMS` are all taken moves on too, and the
+//! next request dials another (up to `max_connections_per_origin`), where
+//! hyper-util alone queues every request on one connection.
 //!
 //! **What failed before it was processed goes again.** Node's nghttp2 takes
 //! 1,000 resets in a burst, then 33 a second, and sends GOAWAY

@@ -161,6 +161,20 @@ fn links<B>(
     }
 }
 
+/// A request on its way, whose connection is captured: once hyper-util
+/// handed it a connection (before it is sent), that connection (an
+/// `Http2Connector`'s) takes hyper-util's view of itself from the capture
+/// if it lacks it, so that it can move on before its first response comes
+/// (see [`links`]).
+#[cfg(feature = "http2")]
+pub(crate) fn sent_on(request: &RequestInfo) {
+    let Some(captured) = &request.captured else { return };
+    let link = captured.connection_metadata().as_ref().and_then(crate::connector::LinkTag::of_connected);
+    if let Some(link) = link {
+        link.offer_handle(captured.clone());
+    }
+}
+
 impl DropContext {
     /// What the policy needs to know at the drop, with what is left of the
     /// body (`remaining`).

@@ -10,7 +10,7 @@
 //! REFUSED_STREAM, the connector's) are read in the HTTP/2 room
 //! (`http2::retries`).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Retries of a failed request, at most, unless set otherwise (Go's
 /// `RoundTrip` retries 6 times).
@@ -71,6 +71,40 @@ pub(crate) struct Failure<'a> {
     /// request, and its origin learns a share.
     #[cfg_attr(not(feature = "http2"), expect(dead_code, reason = "only HTTP/2 servers punish"))]
     pub(crate) punished: Option<&'a hyper_util::client::legacy::connect::Connected>,
+    /// hyper-util failed it as a pool waiter whose dial went away ("request
+    /// was canceled"): never written, but sent again only if that dial did
+    /// not fail (see [`Failure::allows`]).
+    waited_for_dial: bool,
+}
+
+impl Failure<'_> {
+    /// Whether `req`, whose try began at `since`, goes again after this
+    /// failure. A request hyper-util failed as a pool waiter whose dial
+    /// went away goes again unless a dial to its origin failed since its
+    /// try began: with `http2_only`, hyper-util's own lock keeps the other
+    /// requests to an origin waiting in its pool behind one dial, and fails
+    /// them so when that dial fails; sent again, each would dial the
+    /// failing origin again, one after another (hyper-util alone fails
+    /// them all with the dial, once). A dial abandoned (its caller gave up)
+    /// failed nothing: those requests go again.
+    pub(crate) fn allows<B>(&self, req: &http::Request<B>, since: Instant) -> bool {
+        if self.waited_for_dial && dial_failed_since(req.uri(), since) {
+            return false;
+        }
+        self.retry.allows(req.method())
+    }
+}
+
+/// Whether an `Http2Connector`'s dial to `uri`'s origin failed at or after
+/// `since`.
+fn dial_failed_since(uri: &http::Uri, since: Instant) -> bool {
+    #[cfg(feature = "http2")]
+    return crate::connector::failed_since(uri, since);
+    #[cfg(not(feature = "http2"))]
+    return {
+        let _ = (uri, since);
+        false
+    };
 }
 
 /// Reads a failed request's error: the errors of its cause chain, h2's
@@ -79,11 +113,13 @@ pub(crate) struct Failure<'a> {
 pub(crate) fn after_failure<'a>(error: &'a (dyn std::error::Error + 'static)) -> Failure<'a> {
     let mut connected = None;
     let mut connect = false;
+    let mut waited_for_dial = false;
     let mut next = Some(error);
     let retry = loop {
         let Some(error) = next else { break Retry::Never };
         if let Some(client) = error.downcast_ref::<hyper_util::client::legacy::Error>() {
-            if never_written(client) {
+            if let Some(unwritten) = never_written(client) {
+                waited_for_dial = unwritten == Unwritten::DialGone;
                 break Retry::Unprocessed;
             }
             connected = connected.or(client.connect_info());
@@ -108,7 +144,7 @@ pub(crate) fn after_failure<'a>(error: &'a (dyn std::error::Error + 'static)) ->
         }
         next = error.source();
     };
-    Failure { retry, punished: None }
+    Failure { retry, punished: None, waited_for_dial }
 }
 
 /// An h2 error's failure (HTTP/2's room reads it), `connected` punished
@@ -125,7 +161,7 @@ fn http2_failure<'a>(
         H2Said::MayHaveBeenProcessed => Retry::IfIdempotent,
         H2Said::Nothing => Retry::Never,
     };
-    Some(Failure { retry, punished: connected.filter(|_| punishing) })
+    Some(Failure { retry, punished: connected.filter(|_| punishing), waited_for_dial: false })
 }
 
 #[cfg(not(feature = "http2"))]
@@ -148,6 +184,15 @@ fn superseded(error: &(dyn std::error::Error + 'static)) -> bool {
     };
 }
 
+/// Why hyper-util failed a request before writing a byte of it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Unwritten {
+    /// A pool waiter whose dial went away ("request was canceled").
+    DialGone,
+    /// Any other reason of its pool's (see [`never_written`]).
+    Pool,
+}
+
 /// Whether hyper-util failed a request before writing a byte of it, for a
 /// reason of its pool's rather than the server's or the connector's:
 /// - a `Connect` error from its pool: a checkout handed a connection that
@@ -165,23 +210,27 @@ fn superseded(error: &(dyn std::error::Error + 'static)) -> bool {
 /// that words them otherwise makes these failures final again, as they
 /// were, never retried wrongly. `tests/retry.rs` provokes each on the
 /// hyper-util CI resolves, the newest included.
-fn never_written(client: &hyper_util::client::legacy::Error) -> bool {
+fn never_written(client: &hyper_util::client::legacy::Error) -> Option<Unwritten> {
     use std::fmt::Write as _;
     let mut kind = String::new();
     let _ = write!(kind, "{client}");
     if kind == "client error (Canceled)" {
-        return true;
+        return Some(Unwritten::Pool);
     }
     if !client.is_connect() || client.connect_info().is_some() {
-        return false;
+        return None;
     }
-    let Some(pool) = std::error::Error::source(client) else { return false };
+    let pool = std::error::Error::source(client)?;
     if pool.source().is_some() {
-        return false;
+        return None;
     }
     let mut said = String::new();
     let _ = write!(said, "{pool}");
-    matches!(said.as_str(), "checked out connection was closed" | "request was canceled")
+    match said.as_str() {
+        "checked out connection was closed" => Some(Unwritten::Pool),
+        "request was canceled" => Some(Unwritten::DialGone),
+        _ => None,
+    }
 }
 
 #[cfg(test)]

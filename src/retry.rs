@@ -308,6 +308,7 @@ where
             state: State::Sent { future },
             service,
             copy,
+            sent: Instant::now(),
             retries: 0,
             max_retries: self.max_retries,
         }
@@ -339,6 +340,8 @@ pin_project! {
         service: S,
         // What is sent again; `None` once the last try took it.
         copy: Option<Request<B>>,
+        // When the try on its way began.
+        sent: Instant,
         retries: usize,
         max_retries: usize,
     }
@@ -378,7 +381,7 @@ where
                     if let Some(connected) = failure.punished {
                         crate::connector::punished(connected);
                     }
-                    let again = this.copy.as_ref().is_some_and(|copy| failure.retry.allows(copy.method()));
+                    let again = this.copy.as_ref().is_some_and(|copy| failure.allows(copy, *this.sent));
                     if !again {
                         return Poll::Ready(Err(error));
                     }
@@ -409,6 +412,7 @@ where
                     };
                     // Counted by a `DrainOnDrop` below (`sent_again`).
                     request.extensions_mut().insert(SentAgain);
+                    *this.sent = Instant::now();
                     this.state.set(State::Sent { future: this.service.call(request) });
                 }
             }

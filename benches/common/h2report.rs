@@ -88,6 +88,9 @@ pub enum Group {
     /// Something goes wrong: stalled handshakes, failing dials, recycled
     /// connections, one refusal (`common::faults`).
     Faults,
+    /// A server's stream limit (issue 53): Go's server announcing 100
+    /// streams, each answer after 100 ms.
+    Streams,
 }
 
 impl Group {
@@ -98,6 +101,7 @@ impl Group {
             Group::Goaway => "graceful GOAWAY",
             Group::Endless => "endless",
             Group::Faults => "faults",
+            Group::Streams => "the server's stream limit",
         }
     }
 }
@@ -417,6 +421,33 @@ impl Report {
             let ranges = |x: &Medians, y: &Medians| {
                 format!("{:.0}-{:.0} against {:.0}-{:.0} req/s", x.range.0, x.range.1, y.range.0, y.range.1)
             };
+            let conns = |m: &Medians| {
+                let (lo, hi) = m.connection_range;
+                if lo == hi { lo.to_string() } else { format!("{lo}-{hi}") }
+            };
+            if *group == Group::Streams {
+                // Issue 53: at least 0.95 of Go's rate, no more connections
+                // than Go's client (every run's), and one connection where
+                // the callers fit in the server's streams.
+                if let Some(go) = go {
+                    if stack.run.rate() < 0.95 * go.run.rate() {
+                        let r = stack.run.rate() / go.run.rate();
+                        misses.push(format!("{label}: stack ÷ Go {r:.2}× ({})", ranges(stack, go)));
+                    }
+                    if stack.connection_range.1 > go.connection_range.0 {
+                        misses.push(format!(
+                            "{label}: the stack opened {} connections, Go's client {}",
+                            conns(stack),
+                            conns(go)
+                        ));
+                    }
+                }
+                if label.contains(" 64 callers") && stack.connection_range.1 > 1 {
+                    misses
+                        .push(format!("{label}: the stack opened {} connections, 1 expected", conns(stack)));
+                }
+                continue;
+            }
             if let Some(go) = go
                 && stack.run.rate() < go.run.rate()
             {
@@ -433,10 +464,6 @@ impl Report {
             if let Some(go) = go
                 && stack.connections > go.connections + 2
             {
-                let conns = |m: &Medians| {
-                    let (lo, hi) = m.connection_range;
-                    if lo == hi { lo.to_string() } else { format!("{lo}-{hi}") }
-                };
                 misses.push(format!(
                     "{label}: the stack opened {} connections ({}), Go's client {} ({})",
                     stack.connections,

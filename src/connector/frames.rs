@@ -26,6 +26,11 @@ const DATA: u8 = 0x0;
 const HEADERS: u8 = 0x1;
 /// Frame type RST_STREAM: payload, the error code (4 octets).
 const RST_STREAM: u8 = 0x3;
+/// Frame type SETTINGS: payload, settings of 6 octets each (a 16-bit id, a
+/// 32-bit value); flag ACK (0x1) on an acknowledgement, which has none.
+const SETTINGS: u8 = 0x4;
+/// SETTINGS_MAX_CONCURRENT_STREAMS (RFC 9113, 6.5.2).
+const MAX_CONCURRENT_STREAMS: u16 = 0x3;
 /// Frame type GOAWAY: payload, the last stream id then the error code.
 const GOAWAY: u8 = 0x7;
 /// Flag END_STREAM (DATA, HEADERS).
@@ -35,7 +40,8 @@ const END_STREAM: u8 = 0x1;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Frame {
     /// HEADERS on stream `id` (the client's: a request, or its trailers;
-    /// the server's only with END_STREAM, `end`).
+    /// the server's: a response's head or trailers), with END_STREAM if
+    /// `end`.
     Headers { id: u32, end: bool },
     /// The server's DATA with END_STREAM on stream `id`.
     DataEnd { id: u32 },
@@ -43,6 +49,9 @@ pub(crate) enum Frame {
     Reset { id: u32, code: Option<h2::Reason> },
     /// The server's GOAWAY: its last stream id and error code.
     GoAway { last: u32, code: h2::Reason },
+    /// The server's SETTINGS_MAX_CONCURRENT_STREAMS: the streams the client
+    /// may have open at once on the connection.
+    MaxStreams(u32),
 }
 
 /// Reads one direction of a connection's bytes, in order.
@@ -67,6 +76,9 @@ enum State {
     /// In a payload: octets left, and, of a frame whose payload is read,
     /// its type, stream id and the octets of `code` still to come.
     Payload { left: usize, kind: u8, id: u32, want: usize },
+    /// In the server's SETTINGS: octets left, and of the setting being
+    /// read, how many are in `code`.
+    Settings { left: usize, have: usize },
     /// Not HTTP/2: nothing more is read.
     Off,
 }
@@ -89,7 +101,7 @@ impl Frames {
         match self.state {
             State::Preface(_) => None,
             State::Off => Some(Proto::Http1),
-            State::Header | State::Payload { .. } => Some(Proto::Http2),
+            State::Header | State::Payload { .. } | State::Settings { .. } => Some(Proto::Http2),
         }
     }
 
@@ -121,6 +133,24 @@ impl Frames {
                         self.have = 0;
                         self.state = self.header_read(on);
                     }
+                }
+                State::Settings { left, mut have } => {
+                    let n = left.min(bytes.len());
+                    for &octet in &bytes[..n] {
+                        self.code[have] = octet;
+                        have += 1;
+                        if have == 6 {
+                            have = 0;
+                            let setting = u16::from_be_bytes([self.code[0], self.code[1]]);
+                            if setting == MAX_CONCURRENT_STREAMS {
+                                let c = &self.code;
+                                on(Frame::MaxStreams(u32::from_be_bytes([c[2], c[3], c[4], c[5]])));
+                            }
+                        }
+                    }
+                    bytes = &bytes[n..];
+                    self.state =
+                        if n == left { State::Header } else { State::Settings { left: left - n, have } };
                 }
                 State::Payload { left, kind, id, mut want } => {
                     let n = left.min(bytes.len());
@@ -155,7 +185,7 @@ impl Frames {
         let end = flags & END_STREAM != 0;
         match (kind, self.server) {
             (HEADERS, false) => on(Frame::Headers { id, end }),
-            (HEADERS, true) if end => on(Frame::Headers { id, end }),
+            (HEADERS, true) => on(Frame::Headers { id, end }),
             (DATA, true) if end => on(Frame::DataEnd { id }),
             (RST_STREAM, false) => on(Frame::Reset { id, code: None }),
             _ => {}
@@ -168,6 +198,9 @@ impl Frames {
             GOAWAY if self.server && len >= 8 => 8,
             _ => 0,
         };
+        if kind == SETTINGS && self.server && flags & 0x1 == 0 && len > 0 && len % 6 == 0 {
+            return State::Settings { left: len, have: 0 };
+        }
         if len == 0 { State::Header } else { State::Payload { left: len, kind, id, want } }
     }
 
@@ -252,7 +285,9 @@ mod tests {
     #[test]
     fn the_servers_ends_refusals_and_goaways_are_read_with_their_ids_and_codes_however_split() {
         use h2::Reason as R;
-        let mut bytes = frame(0x4, 0, &[0; 6]); // SETTINGS
+        // SETTINGS: HEADER_TABLE_SIZE 4096, MAX_CONCURRENT_STREAMS 100.
+        let mut bytes = frame(0x4, 0, &[0, 1, 0, 0, 0x10, 0, 0, 3, 0, 0, 0, 100]);
+        bytes.extend(frame_with(0x4, 0x1, 0, &[])); // its acknowledgement
         bytes.extend(frame(0x1, 1, &[0x88])); // HEADERS, the stream left open
         bytes.extend(frame(0x0, 1, &[b'x'; 20_000])); // DATA
         bytes.extend(frame_with(0x1, END_STREAM, 3, &[0x88])); // HEADERS, END_STREAM
@@ -263,6 +298,8 @@ mod tests {
         payload.extend(b"debug data");
         bytes.extend(frame(GOAWAY, 0, &payload));
         let expected = [
+            Frame::MaxStreams(100),
+            Frame::Headers { id: 1, end: false },
             Frame::Headers { id: 3, end: true },
             Frame::DataEnd { id: 1 },
             Frame::Reset { id: 5, code: Some(R::ENHANCE_YOUR_CALM) },

@@ -5,7 +5,7 @@
 //! charged to its [`Link`]) and as it is read (what its server says of
 //! them), never changed.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::io;
 use std::pin::Pin;
@@ -18,8 +18,9 @@ use hyper::rt::{Read, ReadBuf, ReadBufCursor, Write};
 use hyper_util::client::legacy::connect::{Connected, Connection};
 use tower_service::Service;
 
+use super::dial::Dial;
 use super::frames::{Frame, Frames};
-use super::gate::{Dial, DialOrigin};
+use super::gate::DialOrigin;
 use super::link::{Link, LinkTag};
 use crate::http2::{self, Proto, Received};
 use crate::timer::Deadline;
@@ -40,8 +41,7 @@ enum State<T> {
 }
 
 /// Until a request went on a connection, the dial others wait for: over
-/// (they go through the gate again, or wait on for the pool) if it is
-/// dropped first.
+/// (they go through the gate again) if it is dropped first.
 pub(super) struct Hold {
     pub(super) origin: Arc<DialOrigin>,
     pub(super) dial: Option<Arc<Dial>>,
@@ -59,10 +59,11 @@ impl Hold {
         None
     }
 
-    /// A request went on the connection: it is pooled.
-    fn serving(mut self) {
+    /// A request went on the connection, which hyper-util's pool handed out
+    /// (`pooled`) or not (a client without a pool).
+    fn serving(mut self, pooled: bool) {
         if let Some(dial) = self.dial.take() {
-            self.origin.serving(&dial);
+            self.origin.serving(&dial, pooled);
         }
     }
 }
@@ -70,7 +71,7 @@ impl Hold {
 impl Drop for Hold {
     fn drop(&mut self) {
         if let Some(dial) = self.dial.take() {
-            self.origin.abandoned(&dial);
+            self.origin.unused(&dial);
         }
     }
 }
@@ -85,6 +86,10 @@ struct Tracked<T> {
     /// The streams it may yet reset (opened, neither reset nor ended by the
     /// server), each with the RST_STREAM frames written before it was.
     open: HashMap<u32, usize>,
+    /// Of those, the streams whose response head has not come (each holds
+    /// one of the server's streams for sure: a stream with its head may be
+    /// one a dropped body is about to reset).
+    awaiting: HashSet<u32>,
     /// The highest stream id opened.
     last_opened: u32,
     /// RST_STREAM frames written.
@@ -118,6 +123,7 @@ impl<T> Tracked<T> {
             io,
             link,
             open: HashMap::new(),
+            awaiting: HashSet::new(),
             last_opened: 0,
             resets: 0,
             requests: 0,
@@ -136,17 +142,19 @@ impl<T> Tracked<T> {
     /// speaks (HTTP/2 begins with its preface), the first request that it
     /// is pooled; each request and RST_STREAM is charged.
     fn written(&mut self, bytes: &[u8]) {
-        let Tracked { sent, open, last_opened, resets, .. } = self;
+        let Tracked { sent, open, awaiting, last_opened, resets, .. } = self;
         let (mut requests, before) = (0, *resets);
         sent.read(bytes, &mut |frame| match frame {
             Frame::Headers { id, .. } if id > *last_opened => {
                 *last_opened = id;
                 open.insert(id, *resets);
+                awaiting.insert(id);
                 requests += 1;
             }
             Frame::Reset { id, .. } => {
                 *resets += 1;
                 open.remove(&id);
+                awaiting.remove(&id);
             }
             _ => {}
         });
@@ -161,11 +169,14 @@ impl<T> Tracked<T> {
         if requests > 0
             && let Some(pooling) = self.pooling.take()
         {
-            pooling.serving();
+            // hyper-util's pool copies the connection's `Connected` for each
+            // request it hands it to, the one that dialed it included
+            // (`LinkTag`): none, no pool.
+            pooling.serving(self.link.checkouts() > 0);
         }
         self.requests += requests;
         if requests > 0 || self.resets > before {
-            self.link.charge(self.resets, self.open.len(), self.requests);
+            self.link.charge(self.resets, self.open.len(), self.requests, self.awaiting.len());
         }
     }
 
@@ -175,14 +186,23 @@ impl<T> Tracked<T> {
     /// written before the refused stream, or before the first stream above
     /// the GOAWAY's last id; all of them when there is none).
     fn received(&mut self, bytes: &[u8]) {
-        let Tracked { got: Some(got), open, resets, .. } = self else { return };
-        let (mut punished, in_flight) = (None, open.len());
+        let Tracked { got: Some(got), open, awaiting, resets, .. } = self else { return };
+        let (mut punished, mut streams, mut answered) = (None, None, false);
+        let (in_flight, waiting) = (open.len(), awaiting.len());
         got.read(bytes, &mut |frame| match frame {
+            Frame::MaxStreams(n) => streams = Some(n),
+            Frame::Headers { id, end: false } => {
+                answered = true;
+                awaiting.remove(&id);
+            }
             Frame::Headers { id, end: true } | Frame::DataEnd { id } => {
+                answered = true;
                 open.remove(&id);
+                awaiting.remove(&id);
             }
             Frame::Reset { id, code: Some(code) } => {
                 let before = open.remove(&id);
+                awaiting.remove(&id);
                 if http2::punishes(Received::Reset(code)) {
                     punished = punished.or(Some(before.unwrap_or(*resets)));
                 }
@@ -190,14 +210,21 @@ impl<T> Tracked<T> {
             Frame::GoAway { last, code } => {
                 let above = open.iter().filter(|(id, _)| **id > last).map(|(_, before)| *before).min();
                 open.retain(|id, _| *id <= last);
+                awaiting.retain(|id| *id <= last);
                 if http2::punishes(Received::GoAway(code)) {
                     punished = punished.or(Some(above.unwrap_or(*resets)));
                 }
             }
             _ => {}
         });
-        if self.open.len() != in_flight {
-            self.link.charge(self.resets, self.open.len(), self.requests);
+        if self.open.len() != in_flight || self.awaiting.len() != waiting {
+            self.link.charge(self.resets, self.open.len(), self.requests, self.awaiting.len());
+        }
+        if let Some(streams) = streams {
+            self.link.max_streams(streams);
+        }
+        if answered {
+            self.link.answered();
         }
         if let Some(bore) = punished {
             self.link.punished(bore);

@@ -5,6 +5,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
+use std::time::Instant;
 
 use http::Extensions;
 use hyper_util::client::legacy::connect::{CaptureConnection, Connected};
@@ -38,8 +39,25 @@ pub(crate) struct Link {
     written: AtomicUsize,
     /// Times hyper-util's pool handed it to a request.
     checkouts: AtomicUsize,
-    /// It was told to take no new request (or will be, once `handle` comes).
+    /// It was told to take no new request for its share of resets (or will
+    /// be, once `handle` comes).
     moved: AtomicBool,
+    /// It was told to take no new request for want of streams (or will be,
+    /// once `handle` comes): the hand-out that took the last of its server's
+    /// streams filled it.
+    filled: AtomicBool,
+    /// A response came on it.
+    answered: AtomicBool,
+    /// Its server's SETTINGS_MAX_CONCURRENT_STREAMS (`0`: none said).
+    max_streams: AtomicUsize,
+    /// Its streams in flight whose response head has not come.
+    awaiting: AtomicUsize,
+    /// When its first request went out, and the hand-outs counted then
+    /// (those of hyper-util's first pass, see `first_pass_over`).
+    first_write: OnceLock<(Instant, usize)>,
+    /// The hand-outs of hyper-util's first pass over the requests that
+    /// waited for it are on their way (see `first_pass_over`).
+    first_pass_over: AtomicBool,
     /// Its server punished it (its origin learned from it once).
     punished: AtomicBool,
     /// Its origin heard that it passed as its role asked, unpunished.
@@ -61,8 +79,11 @@ impl Link {
             tracing::debug!(target: "drain_on_drop", level, own, "HTTP/2 connection tests its origin's share");
         }
         origin.unhandled(true);
+        origin.connection(true);
         Arc::new(Link {
             origin,
+            first_write: OnceLock::new(),
+            first_pass_over: AtomicBool::new(false),
             role,
             own,
             forget_at,
@@ -71,6 +92,10 @@ impl Link {
             written: AtomicUsize::new(0),
             checkouts: AtomicUsize::new(0),
             moved: AtomicBool::new(false),
+            filled: AtomicBool::new(false),
+            max_streams: AtomicUsize::new(0),
+            awaiting: AtomicUsize::new(0),
+            answered: AtomicBool::new(false),
             punished: AtomicBool::new(false),
             passed: AtomicBool::new(false),
             poisoned: AtomicBool::new(false),
@@ -79,20 +104,103 @@ impl Link {
     }
 
     /// The connection has written `resets` RST_STREAM frames and `written`
-    /// requests, and `open` of its streams may still be reset (stored in
-    /// that order: a reader loads them the other way round).
-    pub(crate) fn charge(&self, resets: usize, open: usize, written: usize) {
+    /// requests, and `open` of its streams may still be reset, `awaiting` of
+    /// them still without their response head (stored in that order: a
+    /// reader loads them the other way round).
+    pub(crate) fn charge(&self, resets: usize, open: usize, written: usize, awaiting: usize) {
         self.resets.store(resets, Ordering::Relaxed);
+        self.awaiting.store(awaiting, Ordering::Relaxed);
         self.open.store(open, Ordering::Release);
         self.written.store(written, Ordering::Release);
+        if written > 0 {
+            self.first_write.get_or_init(|| (Instant::now(), self.checkouts.load(Ordering::Relaxed)));
+        }
         self.check();
+        self.settle();
+    }
+
+    /// Whether the hand-outs of hyper-util's first pass are on their way.
+    /// When a connection is pooled, hyper-util's pool hands it, in one pass
+    /// under its lock, to every request that waited for it; each of them
+    /// checks whether it may still use it only when its task runs, and
+    /// fails if it was told to take no new request by then (a request
+    /// left without a connection: hyper-util dials again for it, or, over
+    /// ALPN, the connect it raced with its checkout must serve it). So a
+    /// connection is poisoned only once its first request went out and the
+    /// requests handed it by then (the pass) were written, or its first
+    /// response came (a round trip after the pass), or
+    /// [`http2::SERVED_GRACE`] passed (a request handed it and never sent:
+    /// its caller gave up). Later hand-outs are a pool checkout's own, the
+    /// request's to use whatever happens to the connection after.
+    fn first_pass_over(&self) -> bool {
+        if self.first_pass_over.load(Ordering::Relaxed) {
+            return true;
+        }
+        let Some(&(at, pass)) = self.first_write.get() else { return false };
+        // One of the pass's hand-outs is never written (see `may_reset`).
+        let written = self.written.load(Ordering::Acquire);
+        let answered = self.answered.load(Ordering::Relaxed);
+        if answered || written.saturating_add(1) >= pass || at.elapsed() >= http2::SERVED_GRACE {
+            self.first_pass_over.store(true, Ordering::Relaxed);
+            return true;
+        }
+        false
     }
 
     /// hyper-util's pool handed the connection to a request (`LinkTag`'s
     /// clone of the pool's own copy).
     fn checked_out(&self) {
+        // Before this hand-out counts: it is the pool checkout's own once
+        // the first pass is over.
+        self.first_pass_over();
         self.checkouts.fetch_add(1, Ordering::Relaxed);
         self.check();
+        self.check_streams();
+        self.settle();
+    }
+
+    /// Times hyper-util's pool handed it to a request (`0`: the client has
+    /// no pool, or it was never handed out).
+    pub(crate) fn checkouts(&self) -> usize {
+        self.checkouts.load(Ordering::Relaxed)
+    }
+
+    /// A response (its head) came on it.
+    pub(crate) fn answered(&self) {
+        if !self.answered.swap(true, Ordering::Relaxed) {
+            self.settle();
+        }
+    }
+
+    /// Its server said how many streams it may have open at once.
+    pub(crate) fn max_streams(&self, streams: u32) {
+        self.max_streams.store(usize::try_from(streams).unwrap_or(usize::MAX), Ordering::Relaxed);
+    }
+
+    /// At a hand-out from hyper-util's pool: moves it on if that hand-out
+    /// took the last of its server's streams (`http2::fills`) and its origin
+    /// may open another connection, so that the next request dials one (a
+    /// first pass that handed it more requests than that moves it on once
+    /// they are on their way, see [`first_pass_over`](Self::first_pass_over)).
+    /// The streams taken are those awaiting their response head and the
+    /// requests handed it not yet sent: a stream whose head came may be one
+    /// whose body was just dropped, its reset not yet written (callers
+    /// answered together send their next requests together, before h2
+    /// writes the resets of the last ones).
+    fn check_streams(&self) {
+        let limit = self.max_streams.load(Ordering::Relaxed);
+        if limit == 0 || self.filled.load(Ordering::Relaxed) {
+            return;
+        }
+        let written = self.written.load(Ordering::Acquire);
+        let awaiting = self.awaiting.load(Ordering::Relaxed);
+        let pending = self.checkouts.load(Ordering::Relaxed).saturating_sub(written.saturating_add(1));
+        if http2::fills(awaiting.saturating_add(pending), limit)
+            && self.origin.may_open_another()
+            && !self.filled.swap(true, Ordering::SeqCst)
+        {
+            tracing::debug!(target: "drain_on_drop", limit, "HTTP/2 connection moves on: its server's streams are all taken");
+        }
     }
 
     /// What it may yet reset: the resets it wrote, its streams in flight,
@@ -129,11 +237,26 @@ impl Link {
     /// The connection takes no new request: poisoned now if hyper-util's
     /// handle on it is here, else as soon as it comes.
     fn move_on(&self) {
-        if !self.moved.swap(true, Ordering::SeqCst)
-            && let Some(handle) = self.handle.get()
-        {
+        self.moved.store(true, Ordering::SeqCst);
+        self.settle();
+    }
+
+    /// Poisons it if it is to take no new request, hyper-util's handle on
+    /// it is here (else `offer_handle` does, once it comes), and the first
+    /// pass's hand-outs are on their way (else the next write or hand-out
+    /// does).
+    fn settle(&self) {
+        if self.poisoned.load(Ordering::Relaxed) || !self.retired() || !self.first_pass_over() {
+            return;
+        }
+        if let Some(handle) = self.handle.get() {
             self.poison(handle);
         }
+    }
+
+    /// Whether it is to take no new request.
+    fn retired(&self) -> bool {
+        self.moved.load(Ordering::SeqCst) || self.filled.load(Ordering::SeqCst)
     }
 
     fn poison(&self, handle: &CaptureConnection) {
@@ -166,15 +289,15 @@ impl Link {
                 self.origin.unhandled(false);
                 self.handle.get().expect("just set")
             }
-            Err(_) if !self.moved.load(Ordering::SeqCst) => return,
+            Err(_) if !self.retired() || !self.first_pass_over() => return,
             Err(mine) => {
                 self.poison(&mine);
                 return;
             }
         };
-        // Either this sees `moved`, or `move_on` sees the handle.
+        // Either this sees `moved` (`filled`), or `settle` sees the handle.
         std::sync::atomic::fence(Ordering::SeqCst);
-        if self.moved.load(Ordering::SeqCst) {
+        if self.retired() && self.first_pass_over() {
             self.poison(handle);
         }
     }
@@ -212,6 +335,7 @@ impl Drop for Link {
     /// The connection is gone: its origin hears whether it moved on
     /// unpunished at its allowance, or ended before it.
     fn drop(&mut self) {
+        self.origin.connection(false);
         if self.handle.get().is_none() {
             self.origin.unhandled(false);
         }

@@ -38,9 +38,9 @@
 //!   8305's Happy Eyeballs races attempts the same way, from measured round
 //!   trips): the first to connect serves everyone, and with `http2_only`,
 //!   whose own lock holds every other request behind this dial, the race
-//!   is what frees them; those waiting give the race a patience of its own,
-//!   then each dials its own, as hyper-util alone would have from the
-//!   start;
+//!   is what frees them; those waiting give the race as long again, then
+//!   each dials its own, as hyper-util alone would have from the start; a
+//!   race is armed only when someone waits ([`race_at`]);
 //! - a dial that fails fails those waiting for it at once, with its error
 //!   ([`DialFailed`]): a failing origin fails each caller no later than
 //!   its own dial would have, never one after another;
@@ -49,8 +49,13 @@
 //!   connection that closed at that instant) dials its own once that
 //!   connection is in use ([`SERVED_GRACE`] later), so its connection is a
 //!   real one, with the wrapped connector's extras;
-//! - a caller that gives up leaves nothing: its place among the waiters is
-//!   given back when its connect is dropped.
+//! - a caller that gives up leaves nothing, and takes nothing: the dial is
+//!   its origin's, polled by whichever waiting connect's turn it is, and
+//!   goes on for those who wait (the last to go drops it);
+//! - a failed attempt fails at once those no other attempt could serve
+//!   sooner than their own dial would have ([`waits_after_failure`]);
+//! - a connection whose server's streams are all taken moves on, so that
+//!   the next request dials another ([`fills`]).
 //!
 //! **Moves** ([`moves_on`], [`Share`], [`punishes`]). Some servers
 //! punish a connection for resets. Node's nghttp2 takes 1,000 RST_STREAM
@@ -116,11 +121,12 @@
 //! (Go: 6, the first at once).
 
 #[cfg(feature = "http2")]
+mod dials;
+#[cfg(feature = "http2")]
 mod retries;
 
 #[cfg(feature = "http2")]
-use std::time::Duration;
-
+pub(crate) use self::dials::*;
 #[cfg(feature = "http2")]
 pub(crate) use self::retries::{DialFailed, H2Said, Superseded, h2_failure};
 
@@ -143,74 +149,6 @@ pub(crate) enum Proto {
     Http1,
     Http2,
 }
-
-/// Whether a connect to an origin that spoke `proto` waits while another
-/// dial to it is on its way: HTTP/2 (all requests share one connection),
-/// or not yet known over TLS, where ALPN may choose HTTP/2 (the first
-/// requests to an origin queue behind one dial, as undici's do). HTTP/1
-/// needs a connection per request in flight: never.
-#[cfg(feature = "http2")]
-pub(crate) fn gates(proto: Proto, https: bool) -> bool {
-    match proto {
-        Proto::Http2 => true,
-        Proto::Unknown => https,
-        Proto::Http1 => false,
-    }
-}
-
-/// How long a dial goes before a second attempt races it, and how long,
-/// twice that, a connect waits for another's dial to its origin before it
-/// dials its own, unless the user fixed it: twice the median of the
-/// origin's last handshakes (`handshakes`, the connector's call to its
-/// connection, most recent last), within [`PATIENCE_FLOOR`] and
-/// [`PATIENCE_CEILING`]; [`PATIENCE_UNKNOWN`] before any handshake ended.
-/// Twice the median: a dial that takes that long is no longer a dial like
-/// the others (RFC 8305 bases its attempt delay on measured round trips
-/// the same way, within 10 ms and 2 s, 250 ms by default).
-#[cfg(feature = "http2")]
-pub(crate) fn patience(handshakes: &[Duration]) -> Duration {
-    if handshakes.is_empty() {
-        return PATIENCE_UNKNOWN;
-    }
-    let mut sorted = handshakes.to_vec();
-    sorted.sort_unstable();
-    let median = sorted[sorted.len() / 2];
-    median.saturating_mul(2).clamp(PATIENCE_FLOOR, PATIENCE_CEILING)
-}
-
-/// [`patience`] before any handshake to the origin ended: a TCP and TLS
-/// 1.3 handshake (2 round trips) with its name lookup fits across most of
-/// the world, and a handshake that never ends is raced after this (RFC
-/// 8305's 250 ms is for one TCP attempt: one round trip).
-#[cfg(feature = "http2")]
-pub(crate) const PATIENCE_UNKNOWN: Duration = Duration::from_millis(500);
-/// The least [`patience`]: RFC 8305's default attempt delay. A handshake
-/// on loopback takes a millisecond, but tens on a loaded machine: waiting
-/// less would dial for nothing.
-#[cfg(feature = "http2")]
-pub(crate) const PATIENCE_FLOOR: Duration = Duration::from_millis(250);
-/// The most [`patience`]: RFC 8305's upper bound.
-#[cfg(feature = "http2")]
-pub(crate) const PATIENCE_CEILING: Duration = Duration::from_secs(2);
-/// How long a connect still waits once the dial it waited for is in use
-/// (a request went on its connection), before it dials its own: hyper-util
-/// hands a new connection to every request waiting in its pool in one pass
-/// under its lock, but the first request handed it may go out before the
-/// pass ends (on another thread, or a loaded machine's preempted one). A
-/// connect still waiting after this was not among them: its client has no
-/// pool, or handed it a connection that closed at that instant.
-#[cfg(feature = "http2")]
-pub(crate) const SERVED_GRACE: Duration = Duration::from_millis(100);
-/// How long a connection that moved on unpunished still reads what its
-/// server says once hyper closes it (or until the server closes): a
-/// punishment of its last resets (a GOAWAY ENHANCE_YOUR_CALM sent as they
-/// arrive) comes a round trip after them, when hyper no longer reads.
-/// [`PATIENCE_FLOOR`]: what a loaded machine may add to a round trip.
-#[cfg(feature = "http2")]
-pub(crate) const LINGER: Duration = PATIENCE_FLOOR;
-/// Handshakes [`patience`] looks back on.
-#[cfg(feature = "http2")]
-pub(crate) const HANDSHAKES_KEPT: usize = 8;
 
 /// Whether a connection moves on: it could yet reset `may_reset` streams
 /// (the resets it sent, and its streams in flight, each of which a drop may
@@ -572,7 +510,7 @@ mod tests {
     #[cfg(feature = "http2")]
     #[test]
     fn patience_is_twice_the_median_handshake_within_rfc_8305s_bounds() {
-        let ms = Duration::from_millis;
+        let ms = std::time::Duration::from_millis;
         assert_eq!(patience(&[]), ms(500), "before any handshake");
         assert_eq!(patience(&[ms(2), ms(3), ms(1)]), ms(250), "loopback: the floor");
         assert_eq!(

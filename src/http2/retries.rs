@@ -55,74 +55,90 @@ impl std::fmt::Display for Superseded {
 
 impl std::error::Error for Superseded {}
 
-/// The error of a connect that waited for another dial to its origin, and
-/// that dial failed: the same failure, told at once to every connect
-/// waiting for it (hyper-util alone would have had each dial and fail on
-/// its own). The wrapped connector's error is not `Clone`; this carries
-/// what it said, and its I/O error kind if it had one, so that `Display`
-/// and `io::Error::kind` read as the dial's did. Never retried (a failed
-/// connect).
+/// The error of a dial shared by several connects (the one that drove it
+/// and those that waited for it, each failed when no other attempt served
+/// it sooner): the wrapped connector's error itself, in an `Arc`, so that
+/// every one of them reaches it, typed, through `source()` (a TLS
+/// `rustls::Error` inside hyper-rustls' `io::Error`, an I/O error), as each
+/// would through its own dial's error. Each connect's error is an
+/// `io::Error` of the dial's kind (the first `io::Error` in its chain,
+/// `Other` if none) holding one of these: `get_ref()` is this, its
+/// `source()` the dial's error. Never retried (a failed connect).
 #[derive(Debug)]
 pub(crate) struct DialFailed {
-    /// The dial's error and its sources, as they displayed, joined by ": ".
-    said: String,
-    kind: Option<std::io::ErrorKind>,
+    error: std::sync::Arc<dyn std::error::Error + Send + Sync>,
+    /// It reaches a connect that waited for the dial (its `Display` says
+    /// so); else the connect that drove it (it says what the dial said).
+    waited: bool,
 }
 
 impl DialFailed {
-    /// What `error` says, for every connect that waited for its dial.
-    pub(crate) fn of(error: &(dyn std::error::Error + 'static)) -> DialFailed {
-        use std::fmt::Write as _;
-        let mut said = String::new();
-        let mut kind = None;
-        let mut next = Some(error);
-        while let Some(e) = next {
-            if !said.is_empty() {
-                said.push_str(": ");
-            }
-            let _ = write!(said, "{e}");
-            if kind.is_none()
-                && let Some(io) = e.downcast_ref::<std::io::Error>()
-            {
-                kind = Some(io.kind());
-            }
-            next = e.source();
+    /// `error` as one connect sees it, `waited` if that connect waited for
+    /// the dial rather than drove it: an `io::Error` of the dial's kind.
+    pub(crate) fn error(
+        error: &std::sync::Arc<dyn std::error::Error + Send + Sync>,
+        waited: bool,
+    ) -> std::io::Error {
+        let kind = io_kind(&**error).unwrap_or(std::io::ErrorKind::Other);
+        std::io::Error::new(kind, DialFailed { error: error.clone(), waited })
+    }
+}
+
+/// The kind of the first `io::Error` in `error`'s chain (its `source()`s,
+/// and what each `io::Error` holds).
+fn io_kind(error: &(dyn std::error::Error + 'static)) -> Option<std::io::ErrorKind> {
+    let mut next = Some(error);
+    while let Some(e) = next {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            return Some(io.kind());
         }
-        DialFailed { said, kind }
+        next = e.source();
     }
-
-    /// This failure for one connect: an `io::Error` of the dial's kind
-    /// (`Other` if it had none).
-    pub(crate) fn error(&self) -> std::io::Error {
-        let kind = self.kind.unwrap_or(std::io::ErrorKind::Other);
-        std::io::Error::new(kind, WaitedDial { said: self.said.clone() })
-    }
+    None
 }
 
-/// A [`DialFailed`] as one waiting connect sees it.
-#[derive(Debug)]
-struct WaitedDial {
-    said: String,
-}
-
-impl std::fmt::Display for WaitedDial {
+impl std::fmt::Display for DialFailed {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "the dial this connect waited for failed: {}", self.said)
+        if self.waited {
+            write!(f, "the dial this connect waited for failed: {}", self.error)
+        } else {
+            std::fmt::Display::fmt(&self.error, f)
+        }
     }
 }
 
-impl std::error::Error for WaitedDial {}
+impl std::error::Error for DialFailed {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&*self.error)
+    }
+}
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn a_failed_dial_says_to_its_waiters_what_it_said_with_its_kind() {
-        let refused = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused here");
-        let failed = DialFailed::of(&refused);
-        let e = failed.error();
-        assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused);
-        assert_eq!(e.to_string(), "the dial this connect waited for failed: refused here");
+    fn a_failed_dial_says_to_its_waiters_what_it_said_with_its_kind_and_leads_to_the_error_itself() {
+        #[derive(Debug)]
+        struct Tls;
+        impl std::fmt::Display for Tls {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("bad certificate")
+            }
+        }
+        impl std::error::Error for Tls {}
+        let dial: std::sync::Arc<dyn std::error::Error + Send + Sync> =
+            std::sync::Arc::new(std::io::Error::new(std::io::ErrorKind::InvalidData, Tls));
+        let e = DialFailed::error(&dial, true);
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidData);
+        assert_eq!(e.to_string(), "the dial this connect waited for failed: bad certificate");
+        assert_eq!(
+            DialFailed::error(&dial, false).to_string(),
+            "bad certificate",
+            "the driver's says what it said"
+        );
+        let held = e.get_ref().and_then(|inner| inner.source()).expect("the dial's error");
+        let io = held.downcast_ref::<std::io::Error>().expect("the dial's own io::Error");
+        assert!(io.get_ref().is_some_and(|t| t.is::<Tls>()), "its typed source, reached");
     }
 }

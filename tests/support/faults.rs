@@ -91,6 +91,49 @@ impl Drop for StallProxy {
     }
 }
 
+/// A TCP proxy on `127.0.0.1:0` in front of `target` that holds each
+/// connection `delay` before it forwards anything (so that a TLS handshake
+/// through it takes about that long, as to a far server), then forwards
+/// both ways.
+pub struct SlowProxy {
+    pub addr: SocketAddr,
+    seen: Arc<AtomicUsize>,
+    task: JoinHandle<()>,
+}
+
+impl SlowProxy {
+    pub async fn start(target: SocketAddr, delay: Duration) -> SlowProxy {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen = Arc::new(AtomicUsize::new(0));
+        let count = seen.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                let _ = client.set_nodelay(true);
+                count.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(async move {
+                    tokio::time::sleep(delay).await;
+                    let Ok(mut server) = TcpStream::connect(target).await else { return };
+                    let _ = server.set_nodelay(true);
+                    let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                });
+            }
+        });
+        SlowProxy { addr, seen, task }
+    }
+
+    /// Connections accepted so far.
+    pub fn seen(&self) -> usize {
+        self.seen.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for SlowProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
 /// A listener on `127.0.0.1:0` that accepts every connection, reads and
 /// discards what the client sends, writes nothing, and closes it (FIN)
 /// `after` its accept.

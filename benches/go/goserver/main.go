@@ -16,6 +16,8 @@
 // Paths (every response 200 unless said otherwise):
 //
 //	/len/N      N bytes with content-length, in 16 KiB writes.
+//	/slow/N     the same, its head written only after ?ms=D milliseconds
+//	            (100 if not given): a slow backend behind the server.
 //	/nolen/N    the same without content-length (each write flushed, so
 //	            net/http never sets one).
 //	/sse        text/event-stream, one event every 20 ms, never ends.
@@ -109,6 +111,27 @@ func serve(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	parts := strings.Split(r.URL.Path, "/")
 	switch {
+	case len(parts) == 3 && parts[1] == "slow":
+		n, err := strconv.Atoi(parts[2])
+		if err != nil || n < 0 {
+			break
+		}
+		delay := 100
+		if ms := r.URL.Query().Get("ms"); ms != "" {
+			if d, err := strconv.Atoi(ms); err == nil && d >= 0 {
+				delay = d
+			}
+		}
+		select {
+		case <-r.Context().Done():
+			return
+		case <-time.After(time.Duration(delay) * time.Millisecond):
+		}
+		h.Set("Content-Type", "application/octet-stream")
+		h.Set("Content-Length", strconv.Itoa(n))
+		w.WriteHeader(http.StatusOK)
+		pump(w, n, false)
+		return
 	case len(parts) == 3 && (parts[1] == "len" || parts[1] == "nolen"):
 		n, err := strconv.Atoi(parts[2])
 		if err != nil || n < 0 {

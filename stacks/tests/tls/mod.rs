@@ -17,6 +17,12 @@ pub(crate) struct Tls {
 
 /// A pair for `name` (`localhost`, `127.0.0.1`).
 pub(crate) fn pair(name: &str) -> Tls {
+    pair_offering(name, &[b"h2", b"http/1.1"])
+}
+
+/// A pair for `name` whose server offers `protocols` by ALPN.
+#[allow(dead_code)]
+pub(crate) fn pair_offering(name: &str, protocols: &[&[u8]]) -> Tls {
     // rustls 0.23.48 deprecates ring's provider (no post-quantum key exchange).
     #[allow(deprecated)]
     let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -29,7 +35,7 @@ pub(crate) fn pair(name: &str) -> Tls {
         .with_no_client_auth()
         .with_single_cert(vec![cert.clone()], private)
         .unwrap();
-    server.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    server.alpn_protocols = protocols.iter().map(|p| p.to_vec()).collect();
     let mut roots = rustls::RootCertStore::empty();
     roots.add(cert).unwrap();
     let client = rustls::ClientConfig::builder_with_provider(provider)
