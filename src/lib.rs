@@ -4,7 +4,7 @@
 //!
 //! ```toml
 //! [dependencies]
-//! drain-on-drop = "0.9"
+//! drain-on-drop = "0.10"
 //! http = "1"
 //! http-body-util = "0.1"
 //! hyper = { version = "1", features = ["http1", "server"] }
@@ -268,7 +268,7 @@
 //! in the block at the top, and add hyper-rustls:
 //!
 //! ```toml
-//! drain-on-drop = { version = "0.9", features = ["http2"] }
+//! drain-on-drop = { version = "0.10", features = ["http2"] }
 //! hyper-util = { version = "0.1", features = ["client-legacy", "http1", "http2", "tokio"] }
 //! hyper-rustls = { version = "0.27", default-features = false, features = ["http1", "http2", "native-tokio", "ring", "tls12"] }
 //! ```
