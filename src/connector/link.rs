@@ -128,7 +128,11 @@ impl Link {
     /// ALPN, the connect it raced with its checkout must serve it). So a
     /// connection is poisoned only once its first request went out and the
     /// requests handed it by then (the pass) were written, or its first
-    /// response came (a round trip after the pass), or
+    /// response came (a round trip after the pass), or its server's
+    /// streams are all written (a pass of more requests than that: the
+    /// rest wait for a stream, on this connection if they took it already,
+    /// on the next if their turn comes after it moved on: hyper-util sends
+    /// a request handed a connection that closed to another), or
     /// [`http2::SERVED_GRACE`] passed (a request handed it and never sent:
     /// its caller gave up). Later hand-outs are a pool checkout's own, the
     /// request's to use whatever happens to the connection after.
@@ -140,7 +144,12 @@ impl Link {
         // One of the pass's hand-outs is never written (see `may_reset`).
         let written = self.written.load(Ordering::Acquire);
         let answered = self.answered.load(Ordering::Relaxed);
-        if answered || written.saturating_add(1) >= pass || at.elapsed() >= http2::SERVED_GRACE {
+        let streams = self.max_streams.load(Ordering::Relaxed);
+        if answered
+            || written.saturating_add(1) >= pass
+            || http2::fills(written, streams)
+            || at.elapsed() >= http2::SERVED_GRACE
+        {
             self.first_pass_over.store(true, Ordering::Relaxed);
             return true;
         }
