@@ -39,6 +39,52 @@ pub enum Stall {
     All,
 }
 
+/// What a proxy does with a connection it accepted.
+enum Hold {
+    /// Never answers it: nothing forwarded, nothing written, held open
+    /// until the proxy is dropped.
+    Forever,
+    /// Forwards it both ways after this long.
+    For(Duration),
+}
+
+/// A TCP proxy on `127.0.0.1:0` in front of `target` that does with its
+/// `nth` connection (from 0) what `hold(nth)` says: its address, the
+/// connections it accepted so far, and its task (aborting it closes the
+/// connections held).
+async fn proxy(
+    target: SocketAddr,
+    hold: impl Fn(usize) -> Hold + Send + 'static,
+) -> (SocketAddr, Arc<AtomicUsize>, JoinHandle<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen = Arc::new(AtomicUsize::new(0));
+    let count = seen.clone();
+    let task = tokio::spawn(async move {
+        // The connections held, open until this task ends.
+        let mut held = Vec::new();
+        while let Ok((mut client, _)) = listener.accept().await {
+            let _ = client.set_nodelay(true);
+            let delay = match hold(count.fetch_add(1, Ordering::SeqCst)) {
+                Hold::Forever => {
+                    held.push(client);
+                    continue;
+                }
+                Hold::For(delay) => delay,
+            };
+            tokio::spawn(async move {
+                if !delay.is_zero() {
+                    tokio::time::sleep(delay).await;
+                }
+                let Ok(mut server) = TcpStream::connect(target).await else { return };
+                let _ = server.set_nodelay(true);
+                let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+            });
+        }
+    });
+    (addr, seen, task)
+}
+
 /// A TCP proxy on `127.0.0.1:0` in front of `target`: the connections
 /// [`Stall`] names are accepted and never answered (nothing forwarded,
 /// nothing written, held open until the proxy is dropped), the others are
@@ -51,30 +97,11 @@ pub struct StallProxy {
 
 impl StallProxy {
     pub async fn start(target: SocketAddr, stall: Stall) -> StallProxy {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let seen = Arc::new(AtomicUsize::new(0));
-        let count = seen.clone();
-        let task = tokio::spawn(async move {
-            // The stalled connections, open until this task ends.
-            let mut held = Vec::new();
-            while let Ok((client, _)) = listener.accept().await {
-                let _ = client.set_nodelay(true);
-                let nth = count.fetch_add(1, Ordering::SeqCst);
-                if stall == Stall::All || nth == 0 {
-                    held.push(client);
-                    continue;
-                }
-                tokio::spawn(async move {
-                    let Ok(mut server) = TcpStream::connect(target).await else {
-                        return;
-                    };
-                    let _ = server.set_nodelay(true);
-                    let mut client = client;
-                    let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
-                });
-            }
-        });
+        let hold = move |nth| match stall == Stall::All || nth == 0 {
+            true => Hold::Forever,
+            false => Hold::For(Duration::ZERO),
+        };
+        let (addr, seen, task) = proxy(target, hold).await;
         StallProxy { addr, seen, task }
     }
 
@@ -103,22 +130,7 @@ pub struct SlowProxy {
 
 impl SlowProxy {
     pub async fn start(target: SocketAddr, delay: Duration) -> SlowProxy {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let seen = Arc::new(AtomicUsize::new(0));
-        let count = seen.clone();
-        let task = tokio::spawn(async move {
-            while let Ok((mut client, _)) = listener.accept().await {
-                let _ = client.set_nodelay(true);
-                count.fetch_add(1, Ordering::SeqCst);
-                tokio::spawn(async move {
-                    tokio::time::sleep(delay).await;
-                    let Ok(mut server) = TcpStream::connect(target).await else { return };
-                    let _ = server.set_nodelay(true);
-                    let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
-                });
-            }
-        });
+        let (addr, seen, task) = proxy(target, move |_| Hold::For(delay)).await;
         SlowProxy { addr, seen, task }
     }
 
