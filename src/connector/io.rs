@@ -188,14 +188,25 @@ impl<T> Tracked<T> {
     fn received(&mut self, bytes: &[u8]) {
         let Tracked { got: Some(got), open, awaiting, resets, .. } = self else { return };
         let (mut punished, mut streams, mut answered) = (None, None, false);
+        // The most resets written before a stream its server answered.
+        let mut tolerated = None;
         let (in_flight, waiting) = (open.len(), awaiting.len());
         got.read(bytes, &mut |frame| match frame {
             Frame::MaxStreams(n) => streams = Some(n),
             Frame::Headers { id, end: false } => {
                 answered = true;
-                awaiting.remove(&id);
+                if awaiting.remove(&id) {
+                    tolerated = tolerated.max(open.get(&id).copied());
+                }
             }
-            Frame::Headers { id, end: true } | Frame::DataEnd { id } => {
+            Frame::Headers { id, end: true } => {
+                answered = true;
+                let before = open.remove(&id);
+                if awaiting.remove(&id) {
+                    tolerated = tolerated.max(before);
+                }
+            }
+            Frame::DataEnd { id } => {
                 answered = true;
                 open.remove(&id);
                 awaiting.remove(&id);
@@ -224,7 +235,7 @@ impl<T> Tracked<T> {
             self.link.max_streams(streams);
         }
         if answered {
-            self.link.answered();
+            self.link.answered(tolerated);
         }
         if let Some(bore) = punished {
             self.link.punished(bore);

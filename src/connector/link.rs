@@ -29,7 +29,8 @@ pub(crate) struct Link {
     /// A test's own allowance (`0`: any number); `None` for a connection
     /// that takes its origin's share.
     own: Option<usize>,
-    /// Resets after which, the unbounded test, it forgets the lesson.
+    /// Resets after which, the unbounded test, it forgets the lesson (once
+    /// its server answered a stream opened after them).
     forget_at: Option<usize>,
     /// RST_STREAM frames written on it (`frames.rs`).
     resets: AtomicUsize,
@@ -174,10 +175,24 @@ impl Link {
         self.checkouts.load(Ordering::Relaxed)
     }
 
-    /// A response (its head) came on it.
-    pub(crate) fn answered(&self) {
+    /// A response (its head) came on it; `tolerated`: the most resets
+    /// written before a stream its server answered in what was just read.
+    /// The unbounded test forgets its origin's lesson once its server
+    /// answered a stream opened after its `forget_at`
+    /// resets: frames arrive in order, so the server had read those resets
+    /// and took a new stream after them. Reaching that many resets proves
+    /// nothing by itself: a server punishes at its next stream, so the
+    /// punishment of a limit just under it is still on its way.
+    pub(crate) fn answered(&self, tolerated: Option<usize>) {
         if !self.answered.swap(true, Ordering::Relaxed) {
             self.settle();
+        }
+        if self.forget_at.is_some_and(|at| tolerated.is_some_and(|bore| bore >= at))
+            && !self.punished.load(Ordering::Acquire)
+            && !self.passed.swap(true, Ordering::AcqRel)
+        {
+            tracing::debug!(target: "drain_on_drop", "HTTP/2 origin's lesson forgotten: its test went unpunished");
+            self.origin.passed(self.role);
         }
     }
 
@@ -225,9 +240,7 @@ impl Link {
         resets.saturating_add(open).saturating_add(pending)
     }
 
-    /// Moves it on once what it may yet reset reaches its allowance; the
-    /// unbounded test that bore enough unpunished forgets its origin's
-    /// lesson.
+    /// Moves it on once what it may yet reset reaches its allowance.
     fn check(&self) {
         if self.moved.load(Ordering::Relaxed) {
             return;
@@ -235,11 +248,6 @@ impl Link {
         let allowance = self.own.unwrap_or_else(|| self.origin.share());
         if allowance > 0 && http2::moves_on(self.may_reset(), allowance) {
             self.move_on();
-        } else if self.forget_at.is_some_and(|at| self.resets() >= at)
-            && !self.passed.swap(true, Ordering::AcqRel)
-        {
-            tracing::debug!(target: "drain_on_drop", "HTTP/2 origin's lesson forgotten: its test went unpunished");
-            self.origin.passed(self.role);
         }
     }
 

@@ -93,8 +93,9 @@
 //! tested, as TCP probes a congestion window: after [`FIRST_HOLD`]
 //! connections moved on at that share unpunished, the next may take twice
 //! the resets of the lesson; unpunished, the next takes twice that, then
-//! twice again, then any number (bearing 16 times the lesson unpunished,
-//! it forgets the lesson, and the origin keeps one connection again);
+//! twice again, then any number (once its server answered a request sent
+//! after it bore 16 times the lesson, it forgets the lesson, and the origin
+//! keeps one connection again; punished after all, it keeps it);
 //! punished at any of them, the lesson holds twice as long before the next
 //! test, 3, 6, 12 ... 192 connections: a server that punishes every
 //! connection, at any limits, punishes one connection per test at most. A
@@ -226,7 +227,9 @@ pub(crate) enum Role {
 /// punishment, up to 192), a connection tests it, taking twice the
 /// lesson's resets; unpunished, the next one takes twice that, then twice
 /// again, then any number, and bearing [`FORGET_AT`] times the lesson's
-/// resets unpunished, forgets it. A lesson punished once only (one refusal
+/// resets unpunished (its server answered a request sent after them),
+/// forgets it; punished after all, that test keeps the lesson as it was,
+/// held twice as long. A lesson punished once only (one refusal
 /// for another reason) is forgotten at its first unpunished test; one
 /// learned again after a lesson was forgotten starts with twice the hold
 /// the forgotten one had come to. So a server that punishes every
@@ -238,10 +241,10 @@ pub(crate) struct Share {
     lesson: Option<Lesson>,
     /// Lessons learned, to tell a test of an earlier one.
     learned: u64,
-    /// The punishments of the last lesson forgotten, if any: one learned
-    /// again starts tested as rarely as that one had come to be, and once
-    /// more (a server punishing again is no one-off).
-    forgotten: Option<u32>,
+    /// The last lesson forgotten, if any: one learned again starts tested
+    /// as rarely as that one had come to be, and once more (a server
+    /// punishing again is no one-off).
+    forgotten: Option<Lesson>,
 }
 
 #[cfg(feature = "http2")]
@@ -311,10 +314,19 @@ impl Share {
             return;
         }
         let Some(l) = &mut self.lesson else {
-            self.learned += 1;
-            let confirmed = self.forgotten.map_or(0, |c| (c + 1).min(MOST_CONFIRMED));
+            let confirmed = self.forgotten.map_or(0, |f| (f.confirmed + 1).min(MOST_CONFIRMED));
             let hold = FIRST_HOLD << confirmed;
-            self.lesson = Some(Lesson { bore, hold, confirmed, level: 1, testing: false });
+            let mut lesson = Lesson { bore, hold, confirmed, level: 1, testing: false };
+            match self.forgotten {
+                // The test that forgot the lesson, punished after all (its
+                // server punishes at its next stream, not at the reset that
+                // passes its limit): the lesson holds, as if never forgotten.
+                Some(forgotten) if matches!(role, Role::Test { lesson, .. } if lesson == self.learned) => {
+                    lesson.bore = bore.min(forgotten.bore);
+                }
+                _ => self.learned += 1,
+            }
+            self.lesson = Some(lesson);
             return;
         };
         l.bore = l.bore.min(bore);
@@ -335,8 +347,7 @@ impl Share {
             Role::Test { level, lesson } if lesson == self.learned => {
                 l.testing = false;
                 if l.confirmed == 0 || level >= UNBOUND {
-                    self.forgotten = Some(l.confirmed);
-                    self.lesson = None;
+                    self.forgotten = self.lesson.take();
                 } else {
                     l.level = level + 1;
                 }
@@ -449,6 +460,41 @@ mod tests {
         };
         stale.ended(test);
         assert!(matches!(stale.role(), Role::Test { .. }), "a test that proved nothing goes to the next");
+    }
+
+    #[cfg(feature = "http2")]
+    #[test]
+    fn the_test_that_forgot_a_lesson_punished_after_all_keeps_it() {
+        // Its server punishes at its next stream: the punishment of a limit
+        // just above the resets the test bore comes after it forgot.
+        let mut share = Share::default();
+        share.punished(12, Role::Share);
+        share.punished(30, Role::Share);
+        let unbounded = loop {
+            let role = share.role();
+            match (role, share.allowance_of(role)) {
+                (Role::Test { .. }, 0) => break role,
+                _ => share.passed(role),
+            }
+        };
+        assert_eq!(share.forgets_after(unbounded), Some(192));
+        share.passed(unbounded);
+        assert_eq!(share.allowance(), 0, "forgotten");
+        share.punished(197, unbounded);
+        assert_eq!(share.allowance(), 6, "kept: not relearned from the 197 resets the test bore");
+        assert_eq!(&unpunished(&mut share, 100)[..12], [6; 12], "and held twice as long as before");
+        let mut again = Share::default();
+        again.punished(12, Role::Share);
+        let test = loop {
+            match again.role() {
+                Role::Share => again.passed(Role::Share),
+                test => break test,
+            }
+        };
+        again.passed(test);
+        assert_eq!(again.allowance(), 0, "punished once: forgotten at its first test");
+        again.punished(60, Role::Share);
+        assert_eq!(again.allowance(), 30, "punished again later by another connection: learned anew");
     }
 
     #[cfg(feature = "http2")]
