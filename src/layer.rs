@@ -313,9 +313,9 @@ impl DrainOnDropLayer {
     ///
     /// [`max_bytes`](Self::max_bytes) and [`max_time`](Self::max_time), when
     /// set, are hard ceilings (and the fixed budgets); otherwise the
-    /// ceilings are 4 MiB and 1 s. At most 256 origins are tracked per layer
-    /// (16 in each of 16 parts, by hash), the least recently used of a part
-    /// forgotten first; [`origins`](Self::origins) shows
+    /// ceilings are 4 MiB and 1 s. Some 256 origins are tracked per layer
+    /// (in 16 parts by hash, each up to 32 while the table has room), the
+    /// least recently used of a part forgotten first; [`origins`](Self::origins) shows
     /// the estimates, and each drop's DEBUG event the figures it was decided
     /// with. Default is off.
     ///
@@ -359,9 +359,9 @@ impl DrainOnDropLayer {
     /// Per-origin estimates (the round trip; in adaptive mode
     /// ([`adaptive`](Self::adaptive)) also the setup cost and throughput),
     /// sorted by origin, with the budget an early drop of a body the size of
-    /// the byte budget from each would get now. At most 256 origins (16 in
-    /// each of 16 parts, by hash), the least recently used of a part
-    /// forgotten first; never the userinfo.
+    /// the byte budget from each would get now. Some 256 origins (in 16
+    /// parts by hash, each up to 32 while the table has room), the least
+    /// recently used of a part forgotten first; never the userinfo.
     pub fn origins(&self) -> Vec<OriginSnapshot> {
         let budgets = &self.shared.config.budgets;
         let snapshot = |origin: std::sync::Arc<crate::origin::Origin>| {

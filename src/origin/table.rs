@@ -3,7 +3,9 @@
 //! elsewhere: see `request::LastOrigin`) and kept by the request's response
 //! and drain from then on without the table. The table is in [`SHARDS`]
 //! parts by hash, each behind its own short lock, so that callers of many
-//! origins do not take turns on one lock. Bounded to [`MAX_ORIGINS`], the
+//! origins do not take turns on one lock. Bounded to [`MAX_ORIGINS`] (a part
+//! holds up to twice its even share while the table has room, so that
+//! origins that happen to hash to one part are kept all the same), the
 //! least recently used of a part forgotten first: a forgotten origin lives
 //! on for the responses and drains that hold it.
 
@@ -15,13 +17,19 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use super::Origin;
 use super::key::{OriginKey, Target};
 
-/// Origins tracked per layer, [`MAX_ORIGINS`] / [`SHARDS`] in each part; the
-/// least recently used of a part is forgotten first (found by a scan of the
-/// part, only when a new origin comes to a full one: 16 comparisons).
+/// Origins tracked per layer (and one more for each part that was empty
+/// when the table filled: 15 at most); the least recently used of a part is
+/// forgotten first, when a new origin comes to a part that holds
+/// [`MOST_PER_SHARD`], or to a table that holds this many (found by a scan
+/// of the part: 32 comparisons at most).
 pub(crate) const MAX_ORIGINS: usize = 256;
 /// Parts of the table, each behind its own lock.
 pub(crate) const SHARDS: usize = 16;
-const PER_SHARD: usize = MAX_ORIGINS / SHARDS;
+/// Origins a part holds at most: twice its even share. 64 origins of one
+/// host spread by hash over 16 parts of 16 places put 17 in one part in
+/// about 3 tables of a million, which then forgot one with the table a
+/// quarter full; 33 in one part is beyond any test of chance.
+const MOST_PER_SHARD: usize = 2 * MAX_ORIGINS / SHARDS;
 
 /// Origins by the hash of their parts, and the clock their `last_used`
 /// is read from.
@@ -91,7 +99,8 @@ impl Origins {
     }
 
     /// `target`'s origin, created if needed (forgetting the least recently
-    /// used when the table is full; the one allocation, then). `None` in the
+    /// used of its part when the part or the table is full; the one
+    /// allocation, then). `None` in the
     /// unlikely event that two origins' hashes collide (the second is then
     /// not tracked).
     pub(crate) fn find(&self, target: &Target) -> Option<Arc<Origin>> {
@@ -105,7 +114,9 @@ impl Origins {
             origin.last_used.store(now, Ordering::Relaxed);
             return origin.key.matches(parts).then(|| origin.clone());
         }
-        let full = table.by_hash.len() >= PER_SHARD;
+        let held = table.by_hash.len();
+        let full =
+            held >= MOST_PER_SHARD || (held > 0 && self.tracked.load(Ordering::Relaxed) >= MAX_ORIGINS);
         if full {
             let oldest = table
                 .by_hash
@@ -150,28 +161,55 @@ mod tests {
         origins.find(&origins.target(&u.parse().unwrap(), &http::HeaderMap::new()).unwrap()).unwrap()
     }
 
-    #[test]
-    fn each_part_of_the_table_forgets_its_least_recently_used_origin() {
-        let origins = Origins::default();
+    /// Origins of `origins` that fall in the part of the table `h0`'s does.
+    fn one_part(origins: &Origins, n: usize) -> (impl Fn(usize) -> Target + '_, Vec<usize>) {
         let target = |i: usize| {
             origins.target(&format!("http://h{i}:80/").parse().unwrap(), &http::HeaderMap::new()).unwrap()
         };
-        // Origins that fall in one part of the table.
         let part = |i: usize| (target(i).hash() >> 60) as usize % SHARDS;
-        let same: Vec<usize> = (0..).filter(|&i| part(i) == part(0)).take(PER_SHARD + 1).collect();
+        let same = (0..).filter(|&i| part(i) == part(0)).take(n).collect();
+        (target, same)
+    }
+
+    #[test]
+    fn each_part_of_the_table_forgets_its_least_recently_used_origin() {
+        let origins = Origins::default();
+        let (target, same) = one_part(&origins, MOST_PER_SHARD + 1);
         let find = |i: usize| origins.find(&target(i)).unwrap();
         let (first, second) = (find(same[0]), find(same[1]));
-        for &i in &same[2..PER_SHARD] {
+        for &i in &same[2..MOST_PER_SHARD] {
             find(i);
         }
+        assert_eq!(origins.len(), MOST_PER_SHARD, "a part holds twice its share while the table has room");
         assert!(Arc::ptr_eq(&first, &find(same[0])), "found again, and used again");
-        find(same[PER_SHARD]); // full: the least recently used (the second) goes
-        assert_eq!(origins.len(), PER_SHARD);
+        find(same[MOST_PER_SHARD]); // full: the least recently used (the second) goes
+        assert_eq!(origins.len(), MOST_PER_SHARD);
         assert!(Arc::ptr_eq(&first, &find(same[0])), "the recently used one stays");
         assert!(!Arc::ptr_eq(&second, &find(same[1])), "the oldest was forgotten: another entry");
-        let other = (0..).find(|&i| part(i) != part(0)).unwrap();
-        find(other);
-        assert_eq!(origins.len(), PER_SHARD + 1, "another part has room of its own");
+    }
+
+    #[test]
+    fn a_full_table_forgets_in_the_part_a_new_origin_comes_to() {
+        let origins = Origins::default();
+        let (target, same) = one_part(&origins, 3);
+        let first = origins.find(&target(same[0])).unwrap();
+        let second = origins.find(&target(same[1])).unwrap();
+        // Fill the table with origins of the other parts.
+        let mut i = 0;
+        while origins.len() < MAX_ORIGINS {
+            let t = origins
+                .target(&format!("http://o{i}:80/").parse().unwrap(), &http::HeaderMap::new())
+                .unwrap();
+            if (t.hash() >> 60) as usize % SHARDS != (target(0).hash() >> 60) as usize % SHARDS {
+                origins.find(&t);
+            }
+            i += 1;
+        }
+        origins.find(&target(same[0]));
+        origins.find(&target(same[2]));
+        assert_eq!(origins.len(), MAX_ORIGINS, "full: a new origin takes the place of one of its part");
+        assert!(Arc::ptr_eq(&first, &origins.find(&target(same[0])).unwrap()), "the recently used one stays");
+        assert!(!Arc::ptr_eq(&second, &origins.find(&target(same[1])).unwrap()), "its part's oldest went");
     }
 
     /// Services behind one gateway, sidecars on localhost, a test suite's
