@@ -29,20 +29,47 @@ pub struct GoRun {
 }
 
 /// The Go client: `$DRAIN_BENCH_GO` if set, else `target/go/goclient` of
-/// the repository if built.
+/// the repository if built; either one only if [`current`].
 pub fn client() -> Option<PathBuf> {
     if let Some(path) = std::env::var_os("DRAIN_BENCH_GO").filter(|p| !p.is_empty()) {
-        return Some(PathBuf::from(path));
+        return current(PathBuf::from(path), "goclient");
     }
     // `benches/` is a package of its own: the repository is its parent.
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).parent()?;
-    Some(repo.join("target/go/goclient")).filter(|p| p.is_file())
+    current(Some(repo.join("target/go/goclient")).filter(|p| p.is_file())?, "goclient")
 }
 
 /// Says how to get the Go figures when [`client`] finds no client.
 pub fn missing_note() -> &'static str {
-    "Go 1.27 not measured: no Go client (run `bash benches/go.sh` to build target/go/goclient, \
-     or set DRAIN_BENCH_GO to a goclient binary)."
+    "Go 1.27 not measured: no Go client built from the current source (run `bash benches/go.sh` to \
+     build target/go/goclient, or set DRAIN_BENCH_GO to a goclient binary)."
+}
+
+/// `bin` if it was built after the last change to its source,
+/// `benches/go/<cmd>/` of this repository; else `None`, said on standard
+/// error: a binary built before a route or flag was added answers the
+/// bench's requests with 404s or usage errors, which would void its cells
+/// without a word.
+pub fn current(bin: PathBuf, cmd: &str) -> Option<PathBuf> {
+    let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("go").join(cmd);
+    let newest = std::fs::read_dir(&source)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| modified(&entry.path()))
+        .max();
+    match (modified(&bin), newest) {
+        (Some(built), Some(changed)) if built < changed => {
+            eprintln!(
+                "{} is older than its source {}: not used (rebuild: bash benches/go.sh)",
+                bin.display(),
+                source.display()
+            );
+            None
+        }
+        _ => Some(bin),
+    }
 }
 
 /// `n` sequential GETs of `url` over plain HTTP/1.1, each body closed

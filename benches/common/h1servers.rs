@@ -88,7 +88,7 @@ impl H1Kind {
                 H1Kind::Node => "node not found (apt-get install -y nodejs: Node 20; or DRAIN_BENCH_NODE)",
                 H1Kind::Nginx => "nginx not found (apt-get install -y nginx, or INTEROP_NGINX)",
                 H1Kind::Go => {
-                    "target/go/kaserver not built (bash benches/go.sh: Go 1.27.3 from PyPI; or \
+                    "target/go/kaserver not built, or older than its source (bash benches/go.sh: Go 1.27.3 from PyPI; or \
                      DRAIN_BENCH_KASERVER)"
                 }
                 H1Kind::Apache => {
@@ -107,6 +107,7 @@ impl H1Kind {
 
 fn go_server() -> Option<PathBuf> {
     env_or("DRAIN_BENCH_KASERVER", || Some(repo().join("target/go/kaserver")).filter(|p| p.is_file()))
+        .and_then(|bin| super::go::current(bin, "kaserver"))
 }
 
 fn apache() -> Option<PathBuf> {

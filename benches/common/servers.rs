@@ -88,7 +88,7 @@ impl ServerKind {
                 ServerKind::Node(_) | ServerKind::NodeMemory(_) => {
                     "Node not found (node on PATH or DRAIN_BENCH_NODE, tests/node/h2server.js)"
                 }
-                ServerKind::Go(_) => "Go server not built (bash benches/go.sh, or DRAIN_BENCH_GO_SERVER)",
+                ServerKind::Go(_) => "Go server not built, or older than its source (bash benches/go.sh, or DRAIN_BENCH_GO_SERVER)",
                 ServerKind::Apache => {
                     "Apache not found (apt-get install apache2: /usr/sbin/apache2 and its modules in \
                      /usr/lib/apache2/modules, or DRAIN_BENCH_APACHE)"
@@ -128,6 +128,7 @@ fn node_script() -> PathBuf {
 
 fn go_server() -> Option<PathBuf> {
     env_or("DRAIN_BENCH_GO_SERVER", || Some(repo().join("target/go/goserver")).filter(|p| p.is_file()))
+        .and_then(|bin| super::go::current(bin, "goserver"))
 }
 
 pub(super) fn nginx() -> Option<PathBuf> {
