@@ -231,7 +231,7 @@ pub struct Run {
 
 /// `callers` tasks sharing `svc` send GETs for `uri` until `requests` were
 /// sent or `limit` passed; each body read to its end (`read`) or dropped
-/// right after its head.
+/// right after its head; a status other than 2xx fails.
 pub async fn traffic<S, B>(
     svc: S,
     uri: Uri,
@@ -268,6 +268,9 @@ where
                     Err(e) => Err(e),
                 };
                 let result = match result {
+                    // An answer that is not the body asked for (a stale Go
+                    // server's 404) fails, as Go's client counts it.
+                    Ok(res) if !res.status().is_success() => Err(format!("status {}", res.status())),
                     Ok(res) if read => {
                         res.into_body().collect().await.map(drop).map_err(|e| format!("{e:?}"))
                     }
@@ -316,6 +319,7 @@ where
         run.sent += 1;
         match svc.ready().await {
             Ok(ready) => match ready.call(req).await {
+                Ok(res) if !res.status().is_success() => note(&mut run, format!("status {}", res.status())),
                 Ok(res) => drop(res),
                 Err(e) => note(&mut run, format!("{e:?}")),
             },
