@@ -439,6 +439,17 @@ mod tests {
         assert_eq!(share.allowance(), 0);
     }
 
+    /// Unpunished moves through the lesson's hold, to its first test.
+    #[cfg(feature = "http2")]
+    fn first_test(share: &mut Share) -> Role {
+        loop {
+            match share.role() {
+                Role::Share => share.passed(Role::Share),
+                test => break test,
+            }
+        }
+    }
+
     #[cfg(feature = "http2")]
     #[test]
     fn a_confirmed_lesson_unpunished_is_tested_higher_at_once_then_forgotten() {
@@ -452,12 +463,7 @@ mod tests {
         assert_eq!(share.allowance(), 0, "forgotten once the unbounded test bore 16 times, unpunished");
         let mut stale = Share::default();
         stale.punished(20, Role::Share);
-        let test = loop {
-            match stale.role() {
-                Role::Share => stale.passed(Role::Share),
-                test => break test,
-            }
-        };
+        let test = first_test(&mut stale);
         stale.ended(test);
         assert!(matches!(stale.role(), Role::Test { .. }), "a test that proved nothing goes to the next");
     }
@@ -485,12 +491,7 @@ mod tests {
         assert_eq!(&unpunished(&mut share, 100)[..12], [6; 12], "and held twice as long as before");
         let mut again = Share::default();
         again.punished(12, Role::Share);
-        let test = loop {
-            match again.role() {
-                Role::Share => again.passed(Role::Share),
-                test => break test,
-            }
-        };
+        let test = first_test(&mut again);
         again.passed(test);
         assert_eq!(again.allowance(), 0, "punished once: forgotten at its first test");
         again.punished(60, Role::Share);
