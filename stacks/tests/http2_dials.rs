@@ -509,10 +509,10 @@ async fn a_cold_http1_burst_costs_one_handshake_once() {
     );
 }
 
-/// hyper's HTTP/2 server behind TLS announcing `streams` streams, each
-/// answer (16 bytes) after `delay` (a slow backend); its address and the
-/// connections it accepted.
-async fn slow_origin(tls: &Tls, streams: u32, delay: Duration) -> (SocketAddr, Arc<AtomicUsize>) {
+/// hyper's HTTP/2 server behind TLS announcing `streams` streams (`None`:
+/// no SETTINGS_MAX_CONCURRENT_STREAMS at all), each answer (16 bytes) after
+/// `delay` (a slow backend); its address and the connections it accepted.
+async fn slow_origin(tls: &Tls, streams: Option<u32>, delay: Duration) -> (SocketAddr, Arc<AtomicUsize>) {
     let acceptor = tls.acceptor.clone();
     accept_each(move |io: TokioIo<tokio::net::TcpStream>| {
         let acceptor = acceptor.clone();
@@ -572,14 +572,14 @@ where
 /// more connections as the streams need them (each moved on at the
 /// hand-out that takes its last stream), 0 failed (how much sooner, the
 /// bench says); `max_connections_per_origin(1)` keeps one connection;
-/// 64 callers (within the limit) keep one connection.
+/// 64 callers (within the limit) keep one connection, and so do 200 on a
+/// server that announces no stream limit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn more_callers_than_a_connections_streams_get_more_connections() {
     const STREAMS: u32 = 100;
-    const DELAY: Duration = Duration::from_millis(100);
     let tls = tls::pair("127.0.0.1");
 
-    let (addr, alone_conns) = slow_origin(&tls, STREAMS, DELAY).await;
+    let (addr, alone_conns) = slow_origin(&tls, Some(STREAMS), SLOW_ANSWER).await;
     let alone = builder().build::<_, Empty<Bytes>>(https(&tls, false));
     // Warm: one connection (the ALPN storm of a cold start is not the point).
     alone.get(https_uri(addr)).await.expect("warm");
@@ -587,21 +587,7 @@ async fn more_callers_than_a_connections_streams_get_more_connections() {
     let (alone_took, alone_failed) = in_turn(alone, https_uri(addr), 200, 5).await;
     let alone_conns = alone_conns.load(Ordering::SeqCst) - before;
 
-    let stack_run = |max: Option<usize>, callers: usize| {
-        let tls = &tls;
-        async move {
-            let (addr, conns) = slow_origin(tls, STREAMS, DELAY).await;
-            let connector = Http2Connector::new(https(tls, false));
-            let connector = match max {
-                Some(n) => connector.max_connections_per_origin(n),
-                None => connector,
-            };
-            let svc = stack_over(builder().build(connector));
-            svc.clone().oneshot(get(https_uri(addr))).await.expect("warm");
-            let (took, failed) = in_turn(svc, https_uri(addr), callers, 5).await;
-            (took, failed, conns.load(Ordering::SeqCst))
-        }
-    };
+    let stack_run = |max: Option<usize>, callers: usize| stack_on(&tls, Some(STREAMS), max, callers);
     let (took, failed, conns) = stack_run(None, 200).await;
     println!(
         "200 callers x 5: alone {alone_took:?} ({alone_failed} failed, {alone_conns} connections after the \
@@ -615,4 +601,35 @@ async fn more_callers_than_a_connections_streams_get_more_connections() {
     assert_eq!((failed, conns), (0, 1), "max_connections_per_origin(1): one connection");
     let (_, failed, conns) = stack_run(None, 64).await;
     assert_eq!((failed, conns), (0, 1), "64 callers within 100 streams: one connection");
+    // A server that announces no stream limit (hyper's with
+    // `max_concurrent_streams(None)`; h2 0.4 then opens streams without
+    // bound): its connection never runs out of streams, so one carries
+    // them all.
+    let (_, failed, conns) = stack_on(&tls, None, None, 200).await;
+    assert_eq!((failed, conns), (0, 1), "no stream limit announced: one connection for 200 callers");
+}
+
+/// A slow backend's answer time in the stream-limit tests.
+const SLOW_ANSWER: Duration = Duration::from_millis(100);
+
+/// The README's HTTP/2 stack (`max_connections_per_origin(max)` when
+/// given) on a [`slow_origin`] of `streams` answering after [`SLOW_ANSWER`],
+/// warmed by one request, then `callers` x 5 GETs in turn: the time they
+/// took, failures, and the connections the server accepted.
+async fn stack_on(
+    tls: &Tls,
+    streams: Option<u32>,
+    max: Option<usize>,
+    callers: usize,
+) -> (Duration, usize, usize) {
+    let (addr, conns) = slow_origin(tls, streams, SLOW_ANSWER).await;
+    let connector = Http2Connector::new(https(tls, false));
+    let connector = match max {
+        Some(n) => connector.max_connections_per_origin(n),
+        None => connector,
+    };
+    let svc = stack_over(builder().build(connector));
+    svc.clone().oneshot(get(https_uri(addr))).await.expect("warm");
+    let (took, failed) = in_turn(svc, https_uri(addr), callers, 5).await;
+    (took, failed, conns.load(Ordering::SeqCst))
 }
