@@ -178,11 +178,11 @@ impl Link {
     /// A response (its head) came on it; `tolerated`: the most resets
     /// written before a stream its server answered in what was just read.
     /// The unbounded test forgets its origin's lesson once its server
-    /// answered a stream opened after its `forget_at`
-    /// resets: frames arrive in order, so the server had read those resets
-    /// and took a new stream after them. Reaching that many resets proves
-    /// nothing by itself: a server punishes at its next stream, so the
-    /// punishment of a limit just under it is still on its way.
+    /// answered a stream opened after its `forget_at` resets: frames arrive
+    /// in order, so the server had read those resets and took a new stream
+    /// after them. Reaching that many resets proves nothing by itself: a
+    /// server punishes at its next stream, so the punishment of a limit
+    /// just under it is still on its way.
     pub(crate) fn answered(&self, tolerated: Option<usize>) {
         if !self.answered.swap(true, Ordering::Relaxed) {
             self.settle();
