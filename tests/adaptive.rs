@@ -387,8 +387,12 @@ async fn a_lan_like_origin_stops_draining_large_bodies_once_measured() {
     // first warm drain ran (with busy loops on both cores: 2 in 8 runs of
     // 12, 3 in the other 4; the bound of 8 this test once had failed CI).
     println!("drained before the link was measured: {}", s.drained);
-    assert!(s.count(Reason::DeclaredOverBudget) >= 7, "measured slow, then skipped: {s:?} {origins:?}");
-    assert!(conns >= 8, "new connections are cheaper here: {conns}");
+    let skipped = s.count(Reason::DeclaredOverBudget);
+    assert!(skipped >= 7, "measured slow, then skipped: {s:?} {origins:?}");
+    // Each skipped body costs its connection: the next request dials (a
+    // third drain before the measure reuses one more: 7 connections, as
+    // it did under CI's busy loops against a bound of 8 this test had).
+    assert!(conns as u64 >= skipped, "new connections are cheaper here: {conns} for {skipped} skipped");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
