@@ -265,7 +265,10 @@ async fn a_stuck_first_handshake_holds_back_no_caller() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_http2_only_a_stuck_first_handshake_is_raced_and_holds_back_no_caller() {
     const CALLERS: usize = 8;
-    const LIMIT: Duration = Duration::from_secs(3);
+    // The race goes after 2 s here (the connector sees no waiter: hyper-util's
+    // own lock keeps them in its pool); 2 s more for its handshake and the
+    // answers on a loaded machine (2.01 s for the slowest on a quiet one).
+    const LIMIT: Duration = Duration::from_secs(4);
     let tls = tls();
     let (origin, _) = h2_origin(&tls).await;
     let h2_only = || tls::https(tls.client.clone(), true);
