@@ -63,6 +63,12 @@ impl Hasher for PreHashed {
     }
 }
 
+/// Which part of the table holds the origin of `hash`: its high bits (the
+/// map keys on the hash itself, the low bits).
+fn part_of(hash: u64) -> usize {
+    (hash >> 60) as usize % SHARDS
+}
+
 /// The per-origin table of one layer.
 pub(crate) struct Origins {
     shards: [Mutex<Table>; SHARDS],
@@ -92,8 +98,7 @@ impl Origins {
 
     /// The part of the table that holds the origin of `hash`.
     fn shard(&self, hash: u64) -> MutexGuard<'_, Table> {
-        // The high bits: the map keys on the hash itself, the low bits.
-        let shard = &self.shards[(hash >> 60) as usize % SHARDS];
+        let shard = &self.shards[part_of(hash)];
         // A panic while holding the lock cannot leave the table invalid.
         shard.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -166,7 +171,7 @@ mod tests {
         let target = |i: usize| {
             origins.target(&format!("http://h{i}:80/").parse().unwrap(), &http::HeaderMap::new()).unwrap()
         };
-        let part = |i: usize| (target(i).hash() >> 60) as usize % SHARDS;
+        let part = |i: usize| part_of(target(i).hash());
         let same = (0..).filter(|&i| part(i) == part(0)).take(n).collect();
         (target, same)
     }
@@ -200,7 +205,7 @@ mod tests {
             let t = origins
                 .target(&format!("http://o{i}:80/").parse().unwrap(), &http::HeaderMap::new())
                 .unwrap();
-            if (t.hash() >> 60) as usize % SHARDS != (target(0).hash() >> 60) as usize % SHARDS {
+            if part_of(t.hash()) != part_of(target(0).hash()) {
                 origins.find(&t);
             }
             i += 1;
@@ -234,7 +239,7 @@ mod tests {
         assert_eq!(origins.len(), 64);
         let part = |port: u16| {
             let target = origins.target(&uri(port).parse().unwrap(), &http::HeaderMap::new()).unwrap();
-            (target.hash() >> 60) as usize % SHARDS
+            part_of(target.hash())
         };
         let parts: std::collections::BTreeSet<usize> = (8000..8064).map(part).collect();
         assert!(parts.len() > SHARDS / 2, "spread over the parts: {parts:?}");
